@@ -1,0 +1,304 @@
+/*
+ * wire.c - framing, encoding and checking of zps messages; see wire.h.
+ */
+#include "wire.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checksum.h"
+#include "error.h"
+#include "zps.pb-c.h"
+
+void zps_header_init(zps_header_t *hdr, enum zps_msg_type type)
+{
+    memset(hdr, 0, sizeof(*hdr));
+    hdr->version = ZPS_PROTOCOL_VERSION;
+    hdr->type = (uint32_t)type;
+    hdr->worker = -1;
+}
+
+bool zps_wire_wants_payload(const zps_header_t *hdr)
+{
+    if (!hdr->reply)
+        return hdr->type == ZPS_MSG_INIT || hdr->type == ZPS_MSG_PUSH;
+    return hdr->type == ZPS_MSG_PULL && hdr->status == 0;
+}
+
+void zps_message_close(zps_message_t *msg)
+{
+    if (msg->has_payload) {
+        zmq_msg_close(&msg->payload);
+        msg->has_payload = false;
+    }
+    free(msg->json);
+    msg->json = NULL;
+    msg->hdr.json = NULL;
+}
+
+/* Copies the fields of a decoded protobuf header into our plain struct. */
+static void header_from_pb(zps_header_t *h, const Zps__Header *pb)
+{
+    h->version = pb->version;
+    h->type = (uint32_t)pb->type;
+    h->reply = pb->reply;
+    h->worker = pb->worker;
+    h->request_id = pb->request_id;
+    h->clock = pb->clock;
+    h->model_version = pb->model_version;
+    h->min_clock = pb->min_clock;
+    h->total = pb->total;
+    h->offset = pb->offset;
+    h->length = pb->length;
+    h->batch = pb->batch;
+    h->status = pb->status;
+    h->checksum = pb->checksum;
+    h->flags = pb->flags;
+    h->shard_index = pb->shard_index;
+    h->shard_count = pb->shard_count;
+    h->staleness = pb->staleness;
+    snprintf(h->error, sizeof(h->error), "%s", pb->error ? pb->error : "");
+}
+
+static void header_to_pb(Zps__Header *pb, const zps_header_t *h)
+{
+    pb->version = h->version;
+    pb->type = (Zps__MsgType)h->type;
+    pb->reply = h->reply;
+    pb->worker = h->worker;
+    pb->request_id = h->request_id;
+    pb->clock = h->clock;
+    pb->model_version = h->model_version;
+    pb->min_clock = h->min_clock;
+    pb->total = h->total;
+    pb->offset = h->offset;
+    pb->length = h->length;
+    pb->batch = h->batch;
+    pb->status = h->status;
+    pb->checksum = h->checksum;
+    pb->flags = h->flags;
+    pb->shard_index = h->shard_index;
+    pb->shard_count = h->shard_count;
+    pb->staleness = h->staleness;
+    /* protobuf-c packs the pointers without writing through them. */
+    pb->error = (char *)h->error;
+    pb->json = (char *)(h->json ? h->json : "");
+}
+
+/* Receives the rest of a multipart message, discarding it. Returns frames dropped. */
+static int drain_rest(void *sock, uint64_t *bytes)
+{
+    int dropped = 0;
+    int more = 1;
+    size_t sz = sizeof(more);
+    while (zmq_getsockopt(sock, ZMQ_RCVMORE, &more, &sz) == 0 && more) {
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, sock, 0) < 0) {
+            zmq_msg_close(&m);
+            break;
+        }
+        *bytes += zmq_msg_size(&m);
+        zmq_msg_close(&m);
+        dropped++;
+        sz = sizeof(more);
+    }
+    return dropped;
+}
+
+static bool has_more(void *sock)
+{
+    int more = 0;
+    size_t sz = sizeof(more);
+    return zmq_getsockopt(sock, ZMQ_RCVMORE, &more, &sz) == 0 && more;
+}
+
+int zps_wire_recv(void *sock, int flags, bool router, zps_message_t *msg)
+{
+    memset(msg, 0, sizeof(*msg));
+    zps_header_init(&msg->hdr, ZPS_MSG_NONE);
+    msg->hdr.version = 0;
+
+    zmq_msg_t frame;
+    zmq_msg_init(&frame);
+    if (zmq_msg_recv(&frame, sock, flags) < 0) {
+        int e = zmq_errno();
+        zmq_msg_close(&frame);
+        return e == EAGAIN ? ZPS_EAGAIN : ZPS_ESOCKET;
+    }
+    msg->bytes += zmq_msg_size(&frame);
+
+    if (router) {
+        size_t n = zmq_msg_size(&frame);
+        msg->has_peer = true;
+        msg->peer.len = n < ZPS_PEER_ID_MAX ? n : ZPS_PEER_ID_MAX;
+        memcpy(msg->peer.id, zmq_msg_data(&frame), msg->peer.len);
+        zmq_msg_close(&frame);
+        if (!has_more(sock))
+            return ZPS_EFRAMES;
+        zmq_msg_init(&frame);
+        if (zmq_msg_recv(&frame, sock, 0) < 0) {
+            zmq_msg_close(&frame);
+            return ZPS_ESOCKET;
+        }
+        msg->bytes += zmq_msg_size(&frame);
+    }
+
+    /* `frame` is the header. */
+    Zps__Header *pb = zps__header__unpack(NULL, zmq_msg_size(&frame), zmq_msg_data(&frame));
+    zmq_msg_close(&frame);
+    if (!pb) {
+        drain_rest(sock, &msg->bytes);
+        return ZPS_EPROTO;
+    }
+    header_from_pb(&msg->hdr, pb);
+    if (pb->json && pb->json[0]) {
+        msg->json = strdup(pb->json);
+        msg->hdr.json = msg->json;
+    }
+    zps__header__free_unpacked(pb, NULL);
+
+    if (has_more(sock)) {
+        zmq_msg_init(&msg->payload);
+        if (zmq_msg_recv(&msg->payload, sock, 0) < 0) {
+            zmq_msg_close(&msg->payload);
+            return ZPS_ESOCKET;
+        }
+        msg->has_payload = true;
+        msg->bytes += zmq_msg_size(&msg->payload);
+    }
+    if (drain_rest(sock, &msg->bytes) > 0)
+        return ZPS_EFRAMES;
+
+    /* The message is consumed whole; now judge it, most basic fault first. */
+    if (msg->hdr.version != ZPS_PROTOCOL_VERSION)
+        return ZPS_EVERSION;
+    if (msg->hdr.type == ZPS_MSG_NONE || msg->hdr.type > ZPS_MSG_TYPE_MAX)
+        return ZPS_ETYPE;
+    if (msg->has_payload != zps_wire_wants_payload(&msg->hdr))
+        return ZPS_EFRAMES;
+    if (msg->has_payload) {
+        size_t bytes = zmq_msg_size(&msg->payload);
+        if (msg->hdr.length > SIZE_MAX / sizeof(float) || bytes != msg->hdr.length * sizeof(float))
+            return ZPS_ELENGTH;
+        if (zps_crc32c(0, zmq_msg_data(&msg->payload), bytes) != msg->hdr.checksum)
+            return ZPS_ECHECKSUM;
+    } else if (msg->hdr.length != 0 && !msg->hdr.reply && msg->hdr.type != ZPS_MSG_PULL) {
+        return ZPS_ELENGTH;
+    }
+    return 0;
+}
+
+static int send_frame(void *sock, zmq_msg_t *m, int flags)
+{
+    if (zmq_msg_send(m, sock, flags) >= 0)
+        return 0;
+    int e = zmq_errno();
+    zmq_msg_close(m);
+    return e == EAGAIN ? ZPS_EAGAIN : ZPS_ESOCKET;
+}
+
+/* Sends peer and header frames; `more` says whether a payload frame follows. */
+static int send_head(void *sock, const zps_peer_t *peer, const zps_header_t *hdr, bool more,
+                     int flags)
+{
+    Zps__Header pb = ZPS__HEADER__INIT;
+    header_to_pb(&pb, hdr);
+    if (hdr->type > ZPS_MSG_TYPE_MAX)
+        return ZPS_EINVAL;
+
+    zmq_msg_t m;
+    if (peer) {
+        if (zmq_msg_init_size(&m, peer->len) != 0)
+            return ZPS_ENOMEM;
+        memcpy(zmq_msg_data(&m), peer->id, peer->len);
+        int rc = send_frame(sock, &m, flags | ZMQ_SNDMORE);
+        if (rc)
+            return rc;
+        /* A multipart message is queued whole or not at all: once its first
+         * frame is in, the rest cannot block. */
+        flags &= ~ZMQ_DONTWAIT;
+    }
+    size_t n = zps__header__get_packed_size(&pb);
+    if (zmq_msg_init_size(&m, n) != 0)
+        return ZPS_ENOMEM;
+    zps__header__pack(&pb, zmq_msg_data(&m));
+    return send_frame(sock, &m, flags | (more ? ZMQ_SNDMORE : 0));
+}
+
+int zps_wire_send_msg(void *sock, const zps_peer_t *peer, zps_header_t *hdr, zmq_msg_t *payload,
+                      int flags)
+{
+    bool more = zps_wire_wants_payload(hdr);
+    hdr->length = more ? zmq_msg_size(payload) / sizeof(float) : 0;
+    if (!more)
+        hdr->checksum = 0;
+    int rc = send_head(sock, peer, hdr, more, flags);
+    if (rc || !more) {
+        zmq_msg_close(payload);
+        return rc;
+    }
+    return send_frame(sock, payload, flags & ~ZMQ_DONTWAIT);
+}
+
+int zps_wire_send(void *sock, const zps_peer_t *peer, zps_header_t *hdr, const float *payload,
+                  size_t count, zps_wire_free_fn *ffn, void *hint, int flags)
+{
+    zmq_msg_t m;
+    if (!zps_wire_wants_payload(hdr)) {
+        if (ffn)
+            ffn((void *)payload, hint);
+        zmq_msg_init(&m);
+        return zps_wire_send_msg(sock, peer, hdr, &m, flags);
+    }
+    size_t bytes = count * sizeof(float);
+    if (ffn && bytes > 0) {
+        hdr->checksum = zps_crc32c(0, payload, bytes);
+        /* ZeroMQ's free callback takes (data, hint); ours has the same shape. */
+        if (zmq_msg_init_data(&m, (void *)payload, bytes, ffn, hint) != 0) {
+            ffn((void *)payload, hint);
+            return ZPS_ENOMEM;
+        }
+    } else {
+        if (ffn)
+            ffn((void *)payload, hint);
+        if (zmq_msg_init_size(&m, bytes) != 0)
+            return ZPS_ENOMEM;
+        hdr->checksum = zps_wire_copy_crc(zmq_msg_data(&m), payload, count);
+    }
+    return zps_wire_send_msg(sock, peer, hdr, &m, flags);
+}
+
+uint32_t zps_wire_copy_crc(float *dst, const float *src, size_t count)
+{
+    /* Copy a block, then checksum it while it is still in cache: memory is
+     * crossed once, not twice. */
+    enum { BLOCK = 8192 };
+    uint32_t crc = 0;
+    for (size_t i = 0; i < count; i += BLOCK) {
+        size_t n = count - i < BLOCK ? count - i : BLOCK;
+        memcpy(dst + i, src + i, n * sizeof(float));
+        crc = zps_crc32c(crc, dst + i, n * sizeof(float));
+    }
+    return crc;
+}
+
+bool zps_all_finite(const float *v, size_t count, size_t *first_bad)
+{
+    /* Branch-free scan first (vectorizes); locate the culprit only on failure. */
+    int bad = 0;
+    for (size_t i = 0; i < count; i++)
+        bad |= !isfinite(v[i]);
+    if (!bad)
+        return true;
+    for (size_t i = 0; i < count; i++) {
+        if (!isfinite(v[i])) {
+            if (first_bad)
+                *first_bad = i;
+            break;
+        }
+    }
+    return false;
+}

@@ -1,0 +1,157 @@
+/*
+ * wire.h - the only code that touches message bytes.
+ *
+ * A zps message is a ZeroMQ multipart message: on a ROUTER socket the peer's
+ * routing id, then the header frame (a packed zps.Header), then for INIT and
+ * PUSH requests and successful PULL replies one payload frame of
+ * little-endian float32 values. zps_wire_recv checks everything that can be
+ * checked without knowing the server's state -- frame count, header decoding,
+ * protocol version, message type, payload length and checksum -- and names
+ * each failure with its own code. Semantic checks (ranges, clocks, finite
+ * values) belong to the server.
+ *
+ * Not thread-safe per socket, like ZeroMQ sockets themselves.
+ */
+#ifndef ZPS_WIRE_H
+#define ZPS_WIRE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <zmq.h>
+
+#define ZPS_PROTOCOL_VERSION 1u
+
+enum zps_msg_type {
+    ZPS_MSG_NONE = 0,
+    ZPS_MSG_INIT = 1,
+    ZPS_MSG_PULL = 2,
+    ZPS_MSG_PUSH = 3,
+    ZPS_MSG_STATS = 4,
+    ZPS_MSG_HEARTBEAT = 5,
+    ZPS_MSG_CHECKPOINT = 6,
+};
+#define ZPS_MSG_TYPE_MAX ZPS_MSG_CHECKPOINT
+
+/* Header flag bits. */
+enum {
+    ZPS_FLAG_RANGE = 1u << 0,    /* PULL request: offset/length state the expected range */
+    ZPS_FLAG_RETRY = 1u << 1,    /* PUSH reply: a retry of a push already taken; not applied again */
+    ZPS_FLAG_DROPPED = 1u << 2,  /* PUSH reply: too late for its step (backup workers); dropped */
+    ZPS_FLAG_REJOINED = 1u << 3, /* reply: the worker had been evicted and is admitted again */
+    ZPS_FLAG_BUFFERED = 1u << 4, /* PUSH reply: kept until its clock's step is taken */
+};
+
+#define ZPS_ERROR_TEXT_MAX 256
+#define ZPS_PEER_ID_MAX 255
+
+/* The decoded header. Field meanings are documented in proto/zps.proto. */
+typedef struct zps_header {
+    uint32_t version;
+    uint32_t type; /* enum zps_msg_type */
+    bool reply;
+    int32_t worker;
+    uint64_t request_id;
+    uint64_t clock;
+    uint64_t model_version;
+    uint64_t min_clock;
+    uint64_t total;
+    uint64_t offset;
+    uint64_t length;
+    uint32_t batch;
+    int32_t status;
+    uint32_t checksum;
+    uint32_t flags;
+    uint32_t shard_index;
+    uint32_t shard_count;
+    uint64_t staleness;
+    char error[ZPS_ERROR_TEXT_MAX];
+    const char *json; /* send: borrowed, may be NULL; recv: owned by the zps_message_t */
+} zps_header_t;
+
+/* A ROUTER socket's routing id for one peer. */
+typedef struct zps_peer {
+    size_t len;
+    unsigned char id[ZPS_PEER_ID_MAX];
+} zps_peer_t;
+
+/* One received message. */
+typedef struct zps_message {
+    zps_header_t hdr;
+    zps_peer_t peer;      /* set on ROUTER sockets, even when the message is bad */
+    bool has_peer;
+    bool has_payload;
+    zmq_msg_t payload;    /* valid when has_payload; the float32 values, zero-copy */
+    char *json;           /* owned copy of hdr.json, or NULL */
+    uint64_t bytes;       /* bytes of all frames, for the byte counters */
+} zps_message_t;
+
+/* Fills `hdr` with zeros and the current protocol version. */
+void zps_header_init(zps_header_t *hdr, enum zps_msg_type type);
+
+/* Which messages carry a payload frame. */
+bool zps_wire_wants_payload(const zps_header_t *hdr);
+
+/*
+ * Receives one whole multipart message from `sock` (non-blocking when
+ * `flags` has ZMQ_DONTWAIT). `router` says whether the first frame is a
+ * routing id.
+ *
+ * Returns 0 for a valid message. Returns ZPS_EAGAIN when nothing is ready,
+ * ZPS_ESOCKET on a socket failure, or a protocol error (ZPS_EPROTO,
+ * ZPS_EVERSION, ZPS_EFRAMES, ZPS_ETYPE, ZPS_ELENGTH, ZPS_ECHECKSUM): the bad
+ * message has still been consumed whole, `msg->peer` is set so the caller can
+ * reply, and `msg->hdr` holds whatever could be decoded (request_id, type).
+ * On every return except ZPS_EAGAIN and ZPS_ESOCKET the caller must call
+ * zps_message_close(msg).
+ */
+int zps_wire_recv(void *sock, int flags, bool router, zps_message_t *msg);
+
+/* Releases what a received message holds. Safe to call twice. */
+void zps_message_close(zps_message_t *msg);
+
+/* The payload of a received message as floats (NULL when it has none). */
+static inline const float *zps_message_floats(zps_message_t *msg)
+{
+    return msg->has_payload ? (const float *)zmq_msg_data(&msg->payload) : NULL;
+}
+
+/* Called by ZeroMQ's I/O thread when it no longer needs a zero-copy payload. */
+typedef void zps_wire_free_fn(void *data, void *hint);
+
+/*
+ * Sends one message: `peer` first when non-NULL (ROUTER), then the header,
+ * then the payload of `count` floats when zps_wire_wants_payload(hdr).
+ * Sets hdr->length and hdr->checksum from the payload.
+ *
+ * Payload ownership: when `ffn` is NULL the floats are copied before the call
+ * returns. Otherwise they are sent without copying: the caller keeps the
+ * buffer alive and unchanged until ZeroMQ calls ffn(payload, hint), possibly
+ * from its I/O thread, possibly after this call returns.
+ *
+ * `flags` may hold ZMQ_DONTWAIT. Returns 0, ZPS_EAGAIN (nothing sent; the
+ * zero-copy buffer has then been released through ffn), ZPS_EINVAL for a
+ * header that cannot be packed, or ZPS_ESOCKET.
+ */
+int zps_wire_send(void *sock, const zps_peer_t *peer, zps_header_t *hdr, const float *payload,
+                  size_t count, zps_wire_free_fn *ffn, void *hint, int flags);
+
+/*
+ * As zps_wire_send, with the payload already in a ZeroMQ message (for
+ * example one the server filled while computing its checksum). The checksum
+ * is taken from hdr->checksum as given; hdr->length is set. `payload` is
+ * consumed (closed) in every case.
+ */
+int zps_wire_send_msg(void *sock, const zps_peer_t *peer, zps_header_t *hdr, zmq_msg_t *payload,
+                      int flags);
+
+/*
+ * Copies `count` floats from src to dst and returns the CRC32C of the copied
+ * bytes, in one pass over memory. For building payloads.
+ */
+uint32_t zps_wire_copy_crc(float *dst, const float *src, size_t count);
+
+/* True when all `count` values are finite; *first_bad gets the index of the first that is not. */
+bool zps_all_finite(const float *v, size_t count, size_t *first_bad);
+
+#endif

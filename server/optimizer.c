@@ -1,0 +1,2 @@
+/* placeholder until the optimizer lands */
+#include "optimizer.h"

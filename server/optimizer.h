@@ -1,0 +1,111 @@
+/*
+ * optimizer.h - the update math a shard applies to its parameters.
+ *
+ * Pure computation over arrays: no sockets, no clocks, no logging. The server
+ * hands the optimizer one gradient per step (for BSP the example-weighted
+ * mean of the workers' gradients, for SSP/ASP one worker's gradient) and the
+ * optimizer updates the parameters in place, keeping its state arrays
+ * (momentum, moments, accumulators) beside them.
+ *
+ * Arithmetic contract, relied on by tests that recompute updates by hand:
+ * the learning rate of a step is computed in double (schedule, warm-up,
+ * lr_scale), rounded once to float32, and every per-element operation is
+ * float32 in the order of the formulas in README.md, with no fused
+ * multiply-add.
+ *
+ * Not thread-safe: one optimizer per shard, driven by one thread at a time.
+ */
+#ifndef ZPS_OPTIMIZER_H
+#define ZPS_OPTIMIZER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum zps_opt_kind {
+    ZPS_OPT_SGD = 0,
+    ZPS_OPT_MOMENTUM = 1, /* heavy-ball, or Nesterov when cfg.nesterov */
+    ZPS_OPT_ADAM = 2,
+    ZPS_OPT_ADAMW = 3,
+    ZPS_OPT_ADAGRAD = 4,
+} zps_opt_kind_t;
+
+typedef enum zps_sched_kind {
+    ZPS_SCHED_CONSTANT = 0,
+    ZPS_SCHED_STEP = 1,   /* lr * gamma^floor(t / step_every) */
+    ZPS_SCHED_COSINE = 2, /* lr_min + (lr - lr_min) * (1 + cos(pi * min(t, T) / T)) / 2 */
+} zps_sched_kind_t;
+
+typedef struct zps_opt_config {
+    zps_opt_kind_t kind;
+    double lr;           /* base learning rate, > 0 */
+    double momentum;     /* MOMENTUM: mu in [0, 1) */
+    bool nesterov;       /* MOMENTUM: Nesterov's variant */
+    double beta1, beta2; /* ADAM, ADAMW: in [0, 1) */
+    double eps;          /* ADAM, ADAMW, ADAGRAD: > 0 */
+    double weight_decay; /* >= 0; L2 added to the gradient, decoupled for ADAMW */
+    zps_sched_kind_t schedule;
+    uint64_t step_every; /* STEP: K >= 1 */
+    double gamma;        /* STEP: factor in (0, 1] */
+    uint64_t cosine_steps; /* COSINE: T >= 1 */
+    double lr_min;       /* COSINE: the floor, in [0, lr] */
+    uint64_t warmup;     /* linear warm-up over the first `warmup` steps (0: none) */
+} zps_opt_config_t;
+
+/* Defaults: SGD, lr 0.01, momentum 0.9, betas 0.9/0.999, eps 1e-8, constant schedule. */
+void zps_opt_config_default(zps_opt_config_t *cfg);
+
+/*
+ * Checks every field the chosen optimizer and schedule use. Returns 0, or
+ * ZPS_EINVAL with a one-line reason in `why` (which may be NULL).
+ */
+int zps_opt_config_check(const zps_opt_config_t *cfg, char *why, size_t why_size);
+
+/* Name <-> kind: "sgd", "momentum", "nesterov" (MOMENTUM + nesterov), "adam", "adamw", "adagrad". */
+int zps_opt_parse(const char *name, zps_opt_config_t *cfg);
+const char *zps_opt_name(const zps_opt_config_t *cfg);
+/* "constant", "step", "cosine". */
+int zps_sched_parse(const char *name, zps_sched_kind_t *out);
+const char *zps_sched_name(zps_sched_kind_t kind);
+
+/*
+ * The learning rate of step t (t = 0 for the first step), before lr_scale:
+ * the schedule's value at t, times (t + 1) / warmup while t < warmup.
+ */
+double zps_opt_lr_at(const zps_opt_config_t *cfg, uint64_t t);
+
+typedef struct zps_optimizer zps_optimizer_t;
+
+/*
+ * Creates an optimizer for `n` parameters with zeroed state and step count 0.
+ * `cfg` is copied and must pass zps_opt_config_check. Returns 0, ZPS_EINVAL
+ * or ZPS_ENOMEM; *out is written only on success.
+ */
+int zps_optimizer_new(const zps_opt_config_t *cfg, size_t n, zps_optimizer_t **out);
+void zps_optimizer_free(zps_optimizer_t *opt); /* NULL is a no-op */
+
+/*
+ * Applies one step: params[n] are updated in place from grad[n] with the
+ * learning rate zps_opt_lr_at(cfg, steps) * lr_scale, then the step count
+ * advances. Never fails; the caller has checked that grad is finite.
+ * params and grad must not overlap.
+ */
+void zps_optimizer_step(zps_optimizer_t *opt, float *restrict params, const float *restrict grad,
+                        double lr_scale);
+
+const zps_opt_config_t *zps_optimizer_config(const zps_optimizer_t *opt);
+size_t zps_optimizer_size(const zps_optimizer_t *opt);
+uint64_t zps_optimizer_steps(const zps_optimizer_t *opt);
+/* Sets the step count (restoring a checkpoint). */
+void zps_optimizer_set_steps(zps_optimizer_t *opt, uint64_t steps);
+
+/*
+ * The optimizer's state arrays, each of zps_optimizer_size() floats, for
+ * checkpoints: SGD has none, MOMENTUM one ("velocity"), ADAM/ADAMW two
+ * ("m", "v"), ADAGRAD one ("sum_sq"). The arrays stay owned by the optimizer;
+ * a checkpoint reader may write into them.
+ */
+size_t zps_optimizer_state_count(const zps_optimizer_t *opt);
+float *zps_optimizer_state(zps_optimizer_t *opt, size_t i, const char **name);
+
+#endif

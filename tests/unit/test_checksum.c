@@ -1,0 +1,75 @@
+/*
+ * test_checksum.c - CRC32C against published check values, the hardware path
+ * against the table path, and chaining.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "checksum.h"
+
+static void test_check_value(void **state)
+{
+    (void)state;
+    /* The CRC-32C check value (RFC 3720, appendix B.4 family). */
+    assert_int_equal(zps_crc32c(0, "123456789", 9), 0xe3069283u);
+    assert_int_equal(zps_crc32c_sw(0, "123456789", 9), 0xe3069283u);
+    assert_int_equal(zps_crc32c(0, "", 0), 0);
+    /* RFC 3720 B.4: 32 bytes of zeros, and of 0xff. */
+    unsigned char buf[32];
+    memset(buf, 0, sizeof(buf));
+    assert_int_equal(zps_crc32c(0, buf, 32), 0x8a9136aau);
+    memset(buf, 0xff, sizeof(buf));
+    assert_int_equal(zps_crc32c(0, buf, 32), 0x62a8ab43u);
+    for (int i = 0; i < 32; i++)
+        buf[i] = (unsigned char)i;
+    assert_int_equal(zps_crc32c(0, buf, 32), 0x46dd794eu);
+}
+
+static void test_hw_matches_sw(void **state)
+{
+    (void)state;
+    /* Sizes around the three-way block boundaries (3*256 and 3*8192). */
+    size_t max = 3 * 8192 * 2 + 777;
+    unsigned char *buf = malloc(max + 8);
+    assert_non_null(buf);
+    uint32_t x = 12345;
+    for (size_t i = 0; i < max + 8; i++) {
+        x = x * 1103515245u + 12345u;
+        buf[i] = (unsigned char)(x >> 24);
+    }
+    size_t sizes[] = {0, 1, 7, 8, 9, 767, 768, 769, 1536, 24575, 24576, 24577, 49152, max};
+    for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+        for (size_t off = 0; off < 8; off += 3) {
+            uint32_t a = zps_crc32c(0, buf + off, sizes[k]);
+            uint32_t b = zps_crc32c_sw(0, buf + off, sizes[k]);
+            assert_int_equal(a, b);
+        }
+    }
+    free(buf);
+}
+
+static void test_chaining(void **state)
+{
+    (void)state;
+    const char *text = "the quick brown fox jumps over the lazy dog, again and again";
+    size_t n = strlen(text);
+    uint32_t whole = zps_crc32c(0, text, n);
+    for (size_t cut = 0; cut <= n; cut++)
+        assert_int_equal(zps_crc32c(zps_crc32c(0, text, cut), text + cut, n - cut), whole);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_check_value),
+        cmocka_unit_test(test_hw_matches_sw),
+        cmocka_unit_test(test_chaining),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
