@@ -124,11 +124,26 @@ int zps_parse_float_list(const char *s, float **out, size_t *count)
 
 char *zps_format_float(float v, char *buf, size_t size)
 {
-    /* Nine significant digits always round-trip a float32; try fewer first. */
-    for (int prec = 1; prec <= 9; prec++) {
-        snprintf(buf, size, "%.*g", prec, (double)v);
-        if (strtof(buf, NULL) == v || isnan(v))
-            return buf;
+    if (!isfinite(v)) {
+        snprintf(buf, size, "%s", isnan(v) ? "nan" : v < 0 ? "-inf" : "inf");
+        return buf;
+    }
+    /* The fewest significant digits that read back as v (nine always do)... */
+    char sci[32];
+    int prec = 1;
+    for (; prec <= 9; prec++) {
+        snprintf(sci, sizeof(sci), "%.*e", prec - 1, (double)v);
+        if (strtof(sci, NULL) == v)
+            break;
+    }
+    /* ...written positionally when that is short (1e-5 <= |v| < 1e16), else
+     * in scientific notation. */
+    int exp10 = atoi(strchr(sci, 'e') + 1);
+    if (exp10 >= -5 && exp10 < 16) {
+        int decimals = prec - 1 - exp10;
+        snprintf(buf, size, "%.*f", decimals > 0 ? decimals : 0, (double)v);
+    } else {
+        snprintf(buf, size, "%s", sci);
     }
     return buf;
 }

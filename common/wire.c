@@ -108,6 +108,26 @@ static int drain_rest(void *sock, uint64_t *bytes)
     return dropped;
 }
 
+/*
+ * ZeroMQ may deliver a small frame inside its receive buffer at any byte
+ * offset. Payloads are read as floats, so one that is not 4-byte aligned is
+ * moved into a message of its own (malloc'd, hence aligned). Large frames
+ * always have their own allocation, so this copies a few kilobytes at most.
+ */
+static int realign(zmq_msg_t *m)
+{
+    if (((uintptr_t)zmq_msg_data(m) & (sizeof(float) - 1)) == 0)
+        return 0;
+    zmq_msg_t copy;
+    if (zmq_msg_init_size(&copy, zmq_msg_size(m)) != 0)
+        return ZPS_ENOMEM;
+    memcpy(zmq_msg_data(&copy), zmq_msg_data(m), zmq_msg_size(m));
+    ZPS_ASSERT(((uintptr_t)zmq_msg_data(&copy) & (sizeof(float) - 1)) == 0);
+    zmq_msg_move(m, &copy); /* releases m's old content */
+    zmq_msg_close(&copy);
+    return 0;
+}
+
 static bool has_more(void *sock)
 {
     int more = 0;
@@ -121,6 +141,8 @@ int zps_wire_recv(void *sock, int flags, bool router, zps_message_t *msg)
     zps_header_init(&msg->hdr, ZPS_MSG_NONE);
     msg->hdr.version = 0;
 
+    bool defer_checksum = flags & ZPS_WIRE_DEFER_CHECKSUM;
+    flags &= ~ZPS_WIRE_DEFER_CHECKSUM;
     zmq_msg_t frame;
     zmq_msg_init(&frame);
     if (zmq_msg_recv(&frame, sock, flags) < 0) {
@@ -168,6 +190,10 @@ int zps_wire_recv(void *sock, int flags, bool router, zps_message_t *msg)
         }
         msg->has_payload = true;
         msg->bytes += zmq_msg_size(&msg->payload);
+        if (realign(&msg->payload) != 0) {
+            drain_rest(sock, &msg->bytes);
+            return ZPS_ENOMEM;
+        }
     }
     if (drain_rest(sock, &msg->bytes) > 0)
         return ZPS_EFRAMES;
@@ -183,12 +209,21 @@ int zps_wire_recv(void *sock, int flags, bool router, zps_message_t *msg)
         size_t bytes = zmq_msg_size(&msg->payload);
         if (msg->hdr.length > SIZE_MAX / sizeof(float) || bytes != msg->hdr.length * sizeof(float))
             return ZPS_ELENGTH;
-        if (zps_crc32c(0, zmq_msg_data(&msg->payload), bytes) != msg->hdr.checksum)
+        if (!defer_checksum &&
+            zps_crc32c(0, zmq_msg_data(&msg->payload), bytes) != msg->hdr.checksum)
             return ZPS_ECHECKSUM;
     } else if (msg->hdr.length != 0 && !msg->hdr.reply && msg->hdr.type != ZPS_MSG_PULL) {
         return ZPS_ELENGTH;
     }
     return 0;
+}
+
+int zps_message_copy_verified(zps_message_t *msg, float *dst)
+{
+    if (!msg->has_payload)
+        return 0;
+    uint32_t crc = zps_wire_copy_crc(dst, zmq_msg_data(&msg->payload), msg->hdr.length);
+    return crc == msg->hdr.checksum ? 0 : ZPS_ECHECKSUM;
 }
 
 static int send_frame(void *sock, zmq_msg_t *m, int flags)
@@ -232,8 +267,10 @@ int zps_wire_send_msg(void *sock, const zps_peer_t *peer, zps_header_t *hdr, zmq
                       int flags)
 {
     bool more = zps_wire_wants_payload(hdr);
-    hdr->length = more ? zmq_msg_size(payload) / sizeof(float) : 0;
-    if (!more)
+    /* Without a payload, `length` keeps its own meaning (a PULL's expected range). */
+    if (more)
+        hdr->length = zmq_msg_size(payload) / sizeof(float);
+    else
         hdr->checksum = 0;
     int rc = send_head(sock, peer, hdr, more, flags);
     if (rc || !more) {
@@ -287,10 +324,14 @@ uint32_t zps_wire_copy_crc(float *dst, const float *src, size_t count)
 
 bool zps_all_finite(const float *v, size_t count, size_t *first_bad)
 {
-    /* Branch-free scan first (vectorizes); locate the culprit only on failure. */
-    int bad = 0;
-    for (size_t i = 0; i < count; i++)
-        bad |= !isfinite(v[i]);
+    /* Exponent bits all ones means Inf or NaN. A branch-free scan over the
+     * bits vectorises; the culprit is located only on failure. */
+    uint32_t bad = 0;
+    for (size_t i = 0; i < count; i++) {
+        uint32_t b;
+        memcpy(&b, &v[i], sizeof(b));
+        bad |= (uint32_t)((b & 0x7f800000u) == 0x7f800000u);
+    }
     if (!bad)
         return true;
     for (size_t i = 0; i < count; i++) {

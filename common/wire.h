@@ -81,7 +81,7 @@ typedef struct zps_message {
     zps_peer_t peer;      /* set on ROUTER sockets, even when the message is bad */
     bool has_peer;
     bool has_payload;
-    zmq_msg_t payload;    /* valid when has_payload; the float32 values, zero-copy */
+    zmq_msg_t payload;    /* valid when has_payload; the float32 values, 4-byte aligned */
     char *json;           /* owned copy of hdr.json, or NULL */
     uint64_t bytes;       /* bytes of all frames, for the byte counters */
 } zps_message_t;
@@ -99,13 +99,28 @@ bool zps_wire_wants_payload(const zps_header_t *hdr);
  *
  * Returns 0 for a valid message. Returns ZPS_EAGAIN when nothing is ready,
  * ZPS_ESOCKET on a socket failure, or a protocol error (ZPS_EPROTO,
- * ZPS_EVERSION, ZPS_EFRAMES, ZPS_ETYPE, ZPS_ELENGTH, ZPS_ECHECKSUM): the bad
+ * ZPS_EVERSION, ZPS_EFRAMES, ZPS_ETYPE, ZPS_ELENGTH, ZPS_ECHECKSUM) or
+ * ZPS_ENOMEM: the bad
  * message has still been consumed whole, `msg->peer` is set so the caller can
  * reply, and `msg->hdr` holds whatever could be decoded (request_id, type).
  * On every return except ZPS_EAGAIN and ZPS_ESOCKET the caller must call
  * zps_message_close(msg).
  */
 int zps_wire_recv(void *sock, int flags, bool router, zps_message_t *msg);
+
+/*
+ * A flag for zps_wire_recv's `flags`: leave the payload checksum unverified,
+ * because the caller will copy the payload with zps_message_copy_verified,
+ * which checks it in the same pass. Everything else is still checked.
+ */
+#define ZPS_WIRE_DEFER_CHECKSUM (1 << 30)
+
+/*
+ * Copies the payload of a message received with ZPS_WIRE_DEFER_CHECKSUM to
+ * dst (hdr.length floats) while computing its checksum. Returns 0, or
+ * ZPS_ECHECKSUM when it does not match (dst then holds untrusted bytes).
+ */
+int zps_message_copy_verified(zps_message_t *msg, float *dst);
 
 /* Releases what a received message holds. Safe to call twice. */
 void zps_message_close(zps_message_t *msg);

@@ -10,8 +10,10 @@
  * Arithmetic contract, relied on by tests that recompute updates by hand:
  * the learning rate of a step is computed in double (schedule, warm-up,
  * lr_scale), rounded once to float32, and every per-element operation is
- * float32 in the order of the formulas in README.md, with no fused
- * multiply-add.
+ * float32 in the order of the formulas in docs/optimizers.md, with no fused
+ * multiply-add. The conventions are PyTorch's (torch.optim.SGD, Adam, AdamW,
+ * Adagrad). On x86-64 the loops also exist as AVX2 versions, chosen at load
+ * time; their results are bit-identical to the baseline ones.
  *
  * Not thread-safe: one optimizer per shard, driven by one thread at a time.
  */
@@ -52,25 +54,42 @@ typedef struct zps_opt_config {
     uint64_t warmup;     /* linear warm-up over the first `warmup` steps (0: none) */
 } zps_opt_config_t;
 
-/* Defaults: SGD, lr 0.01, momentum 0.9, betas 0.9/0.999, eps 1e-8, constant schedule. */
+/*
+ * Defaults: SGD, lr 0.01, momentum 0.9 (not Nesterov), betas 0.9/0.999, eps
+ * 1e-8, weight decay 0, constant schedule, gamma 0.1, lr_min 0, no warm-up.
+ * step_every and cosine_steps default to 0, which the check refuses: a step
+ * or cosine schedule needs its period said out loud.
+ */
 void zps_opt_config_default(zps_opt_config_t *cfg);
 
 /*
- * Checks every field the chosen optimizer and schedule use. Returns 0, or
- * ZPS_EINVAL with a one-line reason in `why` (which may be NULL).
+ * Checks every field the chosen optimizer and schedule use (fields they do
+ * not use are not judged, except that nesterov is only valid with MOMENTUM).
+ * Returns 0, or ZPS_EINVAL with a one-line reason in `why` (which may be
+ * NULL; truncated to why_size) that starts with the flag to fix, e.g.
+ * "--beta2 must be in [0, 1) (got 1)". lr and eps must also stay positive
+ * and finite when rounded to float32.
  */
 int zps_opt_config_check(const zps_opt_config_t *cfg, char *why, size_t why_size);
 
-/* Name <-> kind: "sgd", "momentum", "nesterov" (MOMENTUM + nesterov), "adam", "adamw", "adagrad". */
+/*
+ * Name <-> kind: "sgd", "momentum", "nesterov" (MOMENTUM + nesterov), "adam", "adamw", "adagrad".
+ * zps_opt_parse sets cfg->kind, and cfg->nesterov for "nesterov"; the other
+ * names leave cfg->nesterov alone, so "--nesterov --optimizer momentum"
+ * works in either order. Returns 0, or ZPS_EINVAL for an unknown name
+ * (cfg untouched). zps_opt_name returns a static string, "unknown" for a
+ * kind out of range.
+ */
 int zps_opt_parse(const char *name, zps_opt_config_t *cfg);
 const char *zps_opt_name(const zps_opt_config_t *cfg);
-/* "constant", "step", "cosine". */
+/* "constant", "step", "cosine"; same conventions. */
 int zps_sched_parse(const char *name, zps_sched_kind_t *out);
 const char *zps_sched_name(zps_sched_kind_t kind);
 
 /*
  * The learning rate of step t (t = 0 for the first step), before lr_scale:
  * the schedule's value at t, times (t + 1) / warmup while t < warmup.
+ * Computed in double; pure, callable from any thread.
  */
 double zps_opt_lr_at(const zps_opt_config_t *cfg, uint64_t t);
 
@@ -86,9 +105,12 @@ void zps_optimizer_free(zps_optimizer_t *opt); /* NULL is a no-op */
 
 /*
  * Applies one step: params[n] are updated in place from grad[n] with the
- * learning rate zps_opt_lr_at(cfg, steps) * lr_scale, then the step count
- * advances. Never fails; the caller has checked that grad is finite.
- * params and grad must not overlap.
+ * learning rate (float)(zps_opt_lr_at(cfg, steps) * lr_scale), then the step
+ * count advances. Never fails and never allocates; it runs in one pass over
+ * the arrays at about memory speed, so on a large shard it belongs on a
+ * worker thread, not in a loop callback. The caller has checked that grad is
+ * finite; lr_scale must be finite and >= 0 (asserted). params and grad must
+ * not overlap; both stay owned by the caller.
  */
 void zps_optimizer_step(zps_optimizer_t *opt, float *restrict params, const float *restrict grad,
                         double lr_scale);

@@ -1,0 +1,290 @@
+/*
+ * main.c - zps-server's command line: flags into a zps_server_config_t,
+ * then zps_server_run. A bad flag prints the usage and exits 2.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "log.h"
+#include "parse.h"
+#include "server.h"
+#include "shard.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: zps-server --workers W [options]\n"
+            "\n"
+            "Serves one shard of a zps model over ZeroMQ.\n"
+            "\n"
+            "Cluster:\n"
+            "  --listen ENDPOINT      ZeroMQ endpoint to bind (default tcp://127.0.0.1:7100;\n"
+            "                         tcp://127.0.0.1:* picks a free port)\n"
+            "  --shard I/S            this server holds shard I of S (default 0/1)\n"
+            "  --workers W            number of training workers (required)\n"
+            "  --endpoint-file FILE   write the bound endpoint to FILE once listening\n"
+            "  --insecure             allow a non-loopback endpoint without encryption\n"
+            "\n"
+            "Consistency:\n"
+            "  --mode bsp|ssp|asp     synchronous, bounded-stale or asynchronous (default bsp)\n"
+            "  --staleness S          SSP: a pull for clock t waits until every worker has\n"
+            "                         pushed clock t-S-1 (default 0)\n"
+            "  --backup-workers B     BSP: take each step once W-B pushes are in (default 0)\n"
+            "  --max-pending-pulls K  waiting pulls allowed per worker (default 4)\n"
+            "\n"
+            "Optimizer (applied on the server; formulas in docs/optimizers.md):\n"
+            "  --optimizer NAME       sgd, momentum, nesterov, adam, adamw, adagrad (default sgd)\n"
+            "  --lr X                 learning rate (default 0.01)\n"
+            "  --momentum MU          momentum, nesterov (default 0.9)\n"
+            "  --nesterov             use Nesterov's momentum\n"
+            "  --beta1 B1, --beta2 B2 adam, adamw (default 0.9, 0.999)\n"
+            "  --eps E                adam, adamw, adagrad (default 1e-8)\n"
+            "  --weight-decay WD      L2 penalty; decoupled for adamw (default 0)\n"
+            "  --schedule NAME        constant, step, cosine (default constant)\n"
+            "  --step-every K         step schedule: multiply lr by gamma every K steps\n"
+            "  --gamma G              step schedule factor (default 0.1)\n"
+            "  --cosine-steps T       cosine schedule length in steps\n"
+            "  --lr-min X             cosine schedule floor (default 0)\n"
+            "  --warmup K             linear warm-up over the first K steps (default 0)\n"
+            "\n"
+            "Other:\n"
+            "  --log-level LEVEL      debug, info, warn, error (default info)\n"
+            "  --help                 this text\n");
+}
+
+enum {
+    OPT_LISTEN = 256,
+    OPT_SHARD,
+    OPT_WORKERS,
+    OPT_ENDPOINT_FILE,
+    OPT_INSECURE,
+    OPT_MODE,
+    OPT_STALENESS,
+    OPT_BACKUP,
+    OPT_MAX_PENDING,
+    OPT_OPTIMIZER,
+    OPT_LR,
+    OPT_MOMENTUM,
+    OPT_NESTEROV,
+    OPT_BETA1,
+    OPT_BETA2,
+    OPT_EPS,
+    OPT_WD,
+    OPT_SCHEDULE,
+    OPT_STEP_EVERY,
+    OPT_GAMMA,
+    OPT_COSINE_STEPS,
+    OPT_LR_MIN,
+    OPT_WARMUP,
+    OPT_LOG_LEVEL,
+    OPT_HELP,
+};
+
+static const struct option options[] = {
+    {"listen", required_argument, NULL, OPT_LISTEN},
+    {"shard", required_argument, NULL, OPT_SHARD},
+    {"workers", required_argument, NULL, OPT_WORKERS},
+    {"endpoint-file", required_argument, NULL, OPT_ENDPOINT_FILE},
+    {"insecure", no_argument, NULL, OPT_INSECURE},
+    {"mode", required_argument, NULL, OPT_MODE},
+    {"staleness", required_argument, NULL, OPT_STALENESS},
+    {"backup-workers", required_argument, NULL, OPT_BACKUP},
+    {"max-pending-pulls", required_argument, NULL, OPT_MAX_PENDING},
+    {"optimizer", required_argument, NULL, OPT_OPTIMIZER},
+    {"lr", required_argument, NULL, OPT_LR},
+    {"momentum", required_argument, NULL, OPT_MOMENTUM},
+    {"nesterov", no_argument, NULL, OPT_NESTEROV},
+    {"beta1", required_argument, NULL, OPT_BETA1},
+    {"beta2", required_argument, NULL, OPT_BETA2},
+    {"eps", required_argument, NULL, OPT_EPS},
+    {"weight-decay", required_argument, NULL, OPT_WD},
+    {"schedule", required_argument, NULL, OPT_SCHEDULE},
+    {"step-every", required_argument, NULL, OPT_STEP_EVERY},
+    {"gamma", required_argument, NULL, OPT_GAMMA},
+    {"cosine-steps", required_argument, NULL, OPT_COSINE_STEPS},
+    {"lr-min", required_argument, NULL, OPT_LR_MIN},
+    {"warmup", required_argument, NULL, OPT_WARMUP},
+    {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+    {"help", no_argument, NULL, OPT_HELP},
+    {NULL, 0, NULL, 0},
+};
+
+static int bad_flag(const char *flag, const char *value, const char *expect)
+{
+    fprintf(stderr, "zps-server: invalid %s '%s': expected %s\n", flag, value ? value : "",
+            expect);
+    fprintf(stderr, "Try 'zps-server --help'.\n");
+    return 2;
+}
+
+int main(int argc, char **argv)
+{
+    zps_server_config_t cfg;
+    zps_server_config_default(&cfg);
+    bool have_workers = false;
+    bool nesterov = false;
+    long l;
+    uint64_t u;
+    double d;
+
+    int c;
+    while ((c = getopt_long(argc, argv, "", options, NULL)) != -1) {
+        const char *a = optarg;
+        switch (c) {
+        case OPT_LISTEN:
+            cfg.listen = a;
+            break;
+        case OPT_SHARD:
+            if (zps_shard_parse(a, &cfg.shard_index, &cfg.shard_count))
+                return bad_flag("--shard", a, "I/S with 0 <= I < S");
+            break;
+        case OPT_WORKERS:
+            if (zps_parse_long(a, 1, 65536, &l))
+                return bad_flag("--workers", a, "an integer in [1, 65536]");
+            cfg.stale.workers = (uint32_t)l;
+            have_workers = true;
+            break;
+        case OPT_ENDPOINT_FILE:
+            cfg.endpoint_file = a;
+            break;
+        case OPT_INSECURE:
+            cfg.insecure = true;
+            break;
+        case OPT_MODE:
+            if (zps_mode_parse(a, &cfg.stale.mode))
+                return bad_flag("--mode", a, "bsp, ssp or asp");
+            break;
+        case OPT_STALENESS:
+            if (zps_parse_long(a, 0, 1000000, &l))
+                return bad_flag("--staleness", a, "an integer in [0, 1000000]");
+            cfg.stale.staleness = (uint32_t)l;
+            break;
+        case OPT_BACKUP:
+            if (zps_parse_long(a, 0, 65535, &l))
+                return bad_flag("--backup-workers", a, "an integer in [0, 65535]");
+            cfg.stale.backup = (uint32_t)l;
+            break;
+        case OPT_MAX_PENDING:
+            if (zps_parse_long(a, 1, 1024, &l))
+                return bad_flag("--max-pending-pulls", a, "an integer in [1, 1024]");
+            cfg.stale.max_pending = (uint32_t)l;
+            break;
+        case OPT_OPTIMIZER:
+            if (zps_opt_parse(a, &cfg.opt))
+                return bad_flag("--optimizer", a, "sgd, momentum, nesterov, adam, adamw or adagrad");
+            break;
+        case OPT_LR:
+            if (zps_parse_double(a, &cfg.opt.lr))
+                return bad_flag("--lr", a, "a number");
+            break;
+        case OPT_MOMENTUM:
+            if (zps_parse_double(a, &cfg.opt.momentum))
+                return bad_flag("--momentum", a, "a number");
+            break;
+        case OPT_NESTEROV:
+            nesterov = true;
+            break;
+        case OPT_BETA1:
+            if (zps_parse_double(a, &cfg.opt.beta1))
+                return bad_flag("--beta1", a, "a number");
+            break;
+        case OPT_BETA2:
+            if (zps_parse_double(a, &cfg.opt.beta2))
+                return bad_flag("--beta2", a, "a number");
+            break;
+        case OPT_EPS:
+            if (zps_parse_double(a, &cfg.opt.eps))
+                return bad_flag("--eps", a, "a number");
+            break;
+        case OPT_WD:
+            if (zps_parse_double(a, &cfg.opt.weight_decay))
+                return bad_flag("--weight-decay", a, "a number");
+            break;
+        case OPT_SCHEDULE:
+            if (zps_sched_parse(a, &cfg.opt.schedule))
+                return bad_flag("--schedule", a, "constant, step or cosine");
+            break;
+        case OPT_STEP_EVERY:
+            if (zps_parse_u64(a, &u))
+                return bad_flag("--step-every", a, "a positive integer");
+            cfg.opt.step_every = u;
+            break;
+        case OPT_GAMMA:
+            if (zps_parse_double(a, &cfg.opt.gamma))
+                return bad_flag("--gamma", a, "a number");
+            break;
+        case OPT_COSINE_STEPS:
+            if (zps_parse_u64(a, &u))
+                return bad_flag("--cosine-steps", a, "a positive integer");
+            cfg.opt.cosine_steps = u;
+            break;
+        case OPT_LR_MIN:
+            if (zps_parse_double(a, &d))
+                return bad_flag("--lr-min", a, "a number");
+            cfg.opt.lr_min = d;
+            break;
+        case OPT_WARMUP:
+            if (zps_parse_u64(a, &u))
+                return bad_flag("--warmup", a, "a non-negative integer");
+            cfg.opt.warmup = u;
+            break;
+        case OPT_LOG_LEVEL: {
+            enum zps_log_level lv;
+            if (zps_log_parse_level(a, &lv))
+                return bad_flag("--log-level", a, "debug, info, warn or error");
+            zps_log_set_level(lv);
+            break;
+        }
+        case OPT_HELP:
+            usage(stdout);
+            return 0;
+        default:
+            fprintf(stderr, "Try 'zps-server --help'.\n");
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "zps-server: unexpected argument '%s'\nTry 'zps-server --help'.\n",
+                argv[optind]);
+        return 2;
+    }
+    if (!have_workers) {
+        fprintf(stderr, "zps-server: --workers is required\nTry 'zps-server --help'.\n");
+        return 2;
+    }
+    if (nesterov) {
+        if (cfg.opt.kind != ZPS_OPT_MOMENTUM) {
+            fprintf(stderr, "zps-server: --nesterov needs --optimizer momentum\n");
+            return 2;
+        }
+        cfg.opt.nesterov = true;
+    }
+    char why[256];
+    if (zps_opt_config_check(&cfg.opt, why, sizeof(why)) != 0) {
+        fprintf(stderr, "zps-server: %s\nTry 'zps-server --help'.\n", why);
+        return 2;
+    }
+    if (cfg.stale.backup >= cfg.stale.workers) {
+        fprintf(stderr, "zps-server: --backup-workers must be less than --workers\n");
+        return 2;
+    }
+    if (cfg.stale.backup > 0 && cfg.stale.mode != ZPS_MODE_BSP) {
+        fprintf(stderr, "zps-server: --backup-workers applies to --mode bsp only\n");
+        return 2;
+    }
+    if (cfg.stale.staleness > 0 && cfg.stale.mode != ZPS_MODE_SSP) {
+        fprintf(stderr, "zps-server: --staleness applies to --mode ssp only\n");
+        return 2;
+    }
+    if (!cfg.insecure && !zps_endpoint_is_local(cfg.listen)) {
+        fprintf(stderr,
+                "zps-server: refusing to listen on %s without encryption; it would accept\n"
+                "unauthenticated peers from the network. Pass --insecure to do it anyway.\n",
+                cfg.listen);
+        return 2;
+    }
+    return zps_server_run(&cfg) == 0 ? 0 : 1;
+}

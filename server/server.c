@@ -1,0 +1,829 @@
+/*
+ * server.c - the shard daemon's event loop and request handling; see server.h.
+ *
+ * Every request gets exactly one reply. A request is checked completely
+ * before anything changes, so a bad one is answered with an ERROR and leaves
+ * the shard as it was. Pulls the rules do not allow yet are parked in the
+ * staleness controller and answered from whichever event makes them ready.
+ *
+ * ZeroMQ's ZMQ_FD is edge-triggered: it signals a change, not a level. So
+ * each wake-up drains the socket until ZeroMQ says there is nothing left, and
+ * anything that sends outside that drain (timers, signals) drains afterwards.
+ */
+#include "server.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <uv.h>
+#include <zmq.h>
+
+#include "error.h"
+#include "log.h"
+#include "stats.h"
+#include "store.h"
+#include "strbuf.h"
+#include "timeutil.h"
+#include "wire.h"
+
+/* Messages handled per wake-up before yielding to timers and signals. */
+#define DRAIN_BUDGET 256
+
+/* A pull waiting for the rules to allow it. Its address is its token. */
+typedef struct parked_pull {
+    zps_peer_t peer;
+    zps_header_t req;
+    uint64_t since_ns;
+} parked_pull_t;
+
+/* BSP: one buffered gradient per worker, kept in the message that carried it. */
+typedef struct slot {
+    bool full;
+    zmq_msg_t msg;
+    uint32_t batch;
+    uint64_t based_on;
+} slot_t;
+
+typedef struct counters {
+    uint64_t msgs_in, msgs_out, bytes_in, bytes_out;
+    uint64_t inits, pulls, pushes, heartbeats, stats;
+    uint64_t applied, buffered, retries, dropped, steps, errors;
+    uint64_t errors_by_code[32];
+} counters_t;
+
+typedef struct server {
+    const zps_server_config_t *cfg;
+    char endpoint[256];
+    char tag[64];
+
+    uv_loop_t loop;
+    uv_poll_t poll;
+    uv_idle_t idle;
+    uv_signal_t sigint, sigterm;
+    bool stopping;
+
+    void *ctx;
+    void *sock;
+    zps_store_t store;
+    zps_staleness_t *st;
+    slot_t *slots;    /* [W] */
+    uint32_t *ranks;  /* [W] scratch for steps */
+    const float **grads;
+    uint32_t *batches;
+    uint64_t *tokens; /* scratch for ready pulls */
+    size_t tokens_cap;
+
+    counters_t count;
+    zps_vhist_t staleness;
+    zps_thist_t pull_wait;
+    uint64_t started_ns;
+    uint64_t errors_logged;
+    uint64_t error_log_window;
+} server_t;
+
+void zps_server_config_default(zps_server_config_t *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->listen = "tcp://127.0.0.1:7100";
+    cfg->shard_index = 0;
+    cfg->shard_count = 1;
+    cfg->stale.mode = ZPS_MODE_BSP;
+    cfg->stale.max_pending = 4;
+    cfg->max_message_bytes = 4ull << 30;
+    zps_opt_config_default(&cfg->opt);
+}
+
+bool zps_endpoint_is_local(const char *endpoint)
+{
+    if (strncmp(endpoint, "ipc://", 6) == 0 || strncmp(endpoint, "inproc://", 9) == 0)
+        return true;
+    if (strncmp(endpoint, "tcp://", 6) != 0)
+        return false;
+    const char *host = endpoint + 6;
+    if (strncmp(host, "localhost:", 10) == 0 || strncmp(host, "[::1]:", 6) == 0)
+        return true;
+    char addr[64];
+    const char *colon = strrchr(host, ':');
+    size_t n = colon ? (size_t)(colon - host) : strlen(host);
+    if (n == 0 || n >= sizeof(addr))
+        return false;
+    memcpy(addr, host, n);
+    addr[n] = '\0';
+    struct in_addr in;
+    if (inet_pton(AF_INET, addr, &in) != 1)
+        return false;
+    return (ntohl(in.s_addr) >> 24) == 127;
+}
+
+/* ---- replies ---- */
+
+static void count_error(server_t *s, int code)
+{
+    s->count.errors++;
+    unsigned idx = (unsigned)(-code);
+    if (idx < 32)
+        s->count.errors_by_code[idx]++;
+}
+
+static void send_reply(server_t *s, const zps_peer_t *peer, zps_header_t *h, const float *payload,
+                       size_t count)
+{
+    h->reply = true;
+    h->version = ZPS_PROTOCOL_VERSION;
+    int rc;
+    if (zps_wire_wants_payload(h)) {
+        /* The parameters change under later pushes, so the reply carries a
+         * copy; the checksum is computed in the same pass. */
+        zmq_msg_t m;
+        if (zmq_msg_init_size(&m, count * sizeof(float)) != 0) {
+            zps_error("out of memory for a %zu-element reply", count);
+            return;
+        }
+        h->checksum = zps_wire_copy_crc(zmq_msg_data(&m), payload, count);
+        s->count.bytes_out += count * sizeof(float);
+        rc = zps_wire_send_msg(s->sock, peer, h, &m, ZMQ_DONTWAIT);
+    } else {
+        rc = zps_wire_send(s->sock, peer, h, NULL, 0, NULL, NULL, ZMQ_DONTWAIT);
+    }
+    if (rc) {
+        /* ROUTER_MANDATORY: the peer is gone or its queue is full. Its retry,
+         * if it comes back, is answered again: every request is idempotent. */
+        zps_warn("reply to worker %d (request %llu) not sent: %s (%s)", h->worker,
+                 (unsigned long long)h->request_id, zps_strerror(rc), zmq_strerror(zmq_errno()));
+        return;
+    }
+    s->count.msgs_out++;
+}
+
+/* An ERROR reply to request `req`: status `code`, reason printf-formatted. */
+__attribute__((format(printf, 5, 6))) static void reply_error(server_t *s, const zps_peer_t *peer,
+                                                              const zps_header_t *req, int code,
+                                                              const char *fmt, ...)
+{
+    zps_header_t h;
+    zps_header_init(&h, (enum zps_msg_type)(req->type <= ZPS_MSG_TYPE_MAX ? req->type : 0));
+    h.request_id = req->request_id;
+    h.worker = req->worker;
+    h.clock = req->clock;
+    h.status = code;
+    h.model_version = zps_stale_version(s->st);
+    h.min_clock = zps_stale_min_clock(s->st);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(h.error, sizeof(h.error), fmt, ap);
+    va_end(ap);
+    count_error(s, code);
+
+    /* A flood of bad requests must not become a flood of log lines: at most
+     * 20 per 10-second window. */
+    uint64_t window = zps_now_ns() / 10000000000ull;
+    if (window != s->error_log_window) {
+        s->error_log_window = window;
+        s->errors_logged = 0;
+    }
+    if (s->errors_logged++ < 20)
+        zps_warn("refused request %llu from worker %d: %s (%s)",
+                 (unsigned long long)req->request_id, req->worker, h.error, zps_errname(code));
+    send_reply(s, peer, &h, NULL, 0);
+}
+
+/* An OK reply header for `req`, with the shard's current state filled in. */
+static void reply_header(server_t *s, const zps_header_t *req, zps_header_t *h)
+{
+    zps_header_init(h, (enum zps_msg_type)req->type);
+    h->request_id = req->request_id;
+    h->worker = req->worker;
+    h->clock = req->clock;
+    h->model_version = zps_stale_version(s->st);
+    h->min_clock = zps_stale_min_clock(s->st);
+    h->total = s->store.total;
+    h->shard_index = s->cfg->shard_index;
+    h->shard_count = s->cfg->shard_count;
+}
+
+static void answer_pull(server_t *s, const zps_peer_t *peer, const zps_header_t *req)
+{
+    zps_header_t h;
+    reply_header(s, req, &h);
+    h.offset = s->store.range.lo;
+    send_reply(s, peer, &h, s->store.params, s->store.len);
+}
+
+/* Answers every parked pull the rules now allow. */
+static void answer_ready_pulls(server_t *s)
+{
+    size_t n;
+    while ((n = zps_stale_take_ready(s->st, s->tokens, s->tokens_cap)) > 0) {
+        uint64_t now = zps_now_ns();
+        for (size_t i = 0; i < n; i++) {
+            parked_pull_t *p = (parked_pull_t *)(uintptr_t)s->tokens[i];
+            zps_thist_add(&s->pull_wait, now - p->since_ns);
+            answer_pull(s, &p->peer, &p->req);
+            free(p);
+        }
+    }
+}
+
+/* ---- request checks shared by INIT, PULL and PUSH ---- */
+
+/* The sender's idea of which shard this is, when it states one. */
+static bool check_shard(server_t *s, const zps_peer_t *peer, const zps_header_t *req)
+{
+    if (req->shard_count == 0 ||
+        (req->shard_index == s->cfg->shard_index && req->shard_count == s->cfg->shard_count))
+        return true;
+    reply_error(s, peer, req, ZPS_ERANGE,
+                "this server is shard %u/%u, the request was meant for shard %u/%u",
+                s->cfg->shard_index, s->cfg->shard_count, req->shard_index, req->shard_count);
+    return false;
+}
+
+/* offset/length of the request against this shard's range for N = req->total. */
+static bool check_range(server_t *s, const zps_peer_t *peer, const zps_header_t *req)
+{
+    zps_range_t r;
+    zps_shard_range(req->total, s->cfg->shard_index, s->cfg->shard_count, &r);
+    if (req->offset == r.lo && req->length == zps_range_len(r))
+        return true;
+    reply_error(s, peer, req, ZPS_ERANGE,
+                "range [%llu, %llu) does not match shard %u/%u of a %llu-element model, "
+                "which owns [%llu, %llu)",
+                (unsigned long long)req->offset,
+                (unsigned long long)(req->offset + req->length), s->cfg->shard_index,
+                s->cfg->shard_count, (unsigned long long)req->total, (unsigned long long)r.lo,
+                (unsigned long long)r.hi);
+    return false;
+}
+
+static bool check_worker(server_t *s, const zps_peer_t *peer, const zps_header_t *req,
+                         bool observer_ok)
+{
+    int32_t w = req->worker;
+    uint32_t nw = s->cfg->stale.workers;
+    if ((w >= 0 && (uint32_t)w < nw) || (observer_ok && w == -1))
+        return true;
+    reply_error(s, peer, req, ZPS_EWORKER, "worker %d is not in [0, %u)%s", w, nw,
+                observer_ok ? " (or -1 for an observer)" : "");
+    return false;
+}
+
+static bool check_finite(server_t *s, const zps_peer_t *peer, const zps_header_t *req,
+                         const float *v, size_t n)
+{
+    size_t bad = 0;
+    if (zps_all_finite(v, n, &bad))
+        return true;
+    reply_error(s, peer, req, ZPS_ENONFINITE, "element %llu of the payload is %g",
+                (unsigned long long)(req->offset + bad), (double)v[bad]);
+    return false;
+}
+
+/* ---- handlers ---- */
+
+static void handle_init(server_t *s, zps_message_t *m)
+{
+    const zps_header_t *req = &m->hdr;
+    s->count.inits++;
+    if (!check_worker(s, &m->peer, req, true) || !check_shard(s, &m->peer, req))
+        return;
+    if (req->total == 0) {
+        reply_error(s, &m->peer, req, ZPS_ESIZE, "a model must have at least one element");
+        return;
+    }
+    if (!check_range(s, &m->peer, req))
+        return;
+    const float *values = zps_message_floats(m);
+    if (!check_finite(s, &m->peer, req, values, req->length))
+        return;
+
+    if (s->store.initialized) {
+        if (req->total != s->store.total) {
+            reply_error(s, &m->peer, req, ZPS_ESIZE,
+                        "the model was initialised with %llu elements, this INIT has %llu",
+                        (unsigned long long)s->store.total, (unsigned long long)req->total);
+            return;
+        }
+        if (s->store.len && memcmp(values, s->store.params, s->store.len * sizeof(float)) != 0 &&
+            zps_stale_version(s->st) == 0) {
+            reply_error(s, &m->peer, req, ZPS_EINITED,
+                        "the model was already initialised with other values");
+            return;
+        }
+        /* Identical (or the model has moved on since): acknowledged, nothing changes. */
+    } else {
+        zps_range_t r = {req->offset, req->offset + req->length};
+        int rc = zps_store_set(&s->store, req->total, r, values, &s->cfg->opt);
+        if (rc) {
+            reply_error(s, &m->peer, req, rc, "cannot hold the model: %s", zps_strerror(rc));
+            return;
+        }
+        zps_stale_set_initialized(s->st);
+        zps_info("initialised by worker %d: N = %llu, range [%llu, %llu), optimizer %s",
+                 req->worker, (unsigned long long)req->total, (unsigned long long)r.lo,
+                 (unsigned long long)r.hi, zps_opt_name(&s->cfg->opt));
+    }
+    zps_header_t h;
+    reply_header(s, req, &h);
+    send_reply(s, &m->peer, &h, NULL, 0);
+    answer_ready_pulls(s);
+}
+
+static void handle_pull(server_t *s, zps_message_t *m)
+{
+    const zps_header_t *req = &m->hdr;
+    s->count.pulls++;
+    if (!check_worker(s, &m->peer, req, true) || !check_shard(s, &m->peer, req))
+        return;
+    /* A client that knows N states the range it expects; one that does not
+     * learns it from the reply. */
+    if (req->flags & ZPS_FLAG_RANGE) {
+        if (s->store.initialized && req->total != s->store.total) {
+            reply_error(s, &m->peer, req, ZPS_ESIZE,
+                        "the model has %llu elements, the pull expects %llu",
+                        (unsigned long long)s->store.total, (unsigned long long)req->total);
+            return;
+        }
+        if (!check_range(s, &m->peer, req))
+            return;
+    }
+
+    parked_pull_t *p = malloc(sizeof(*p));
+    if (!p) {
+        reply_error(s, &m->peer, req, ZPS_ENOMEM, "out of memory");
+        return;
+    }
+    char why[ZPS_ERROR_TEXT_MAX];
+    zps_pull_result_t res;
+    uint64_t existing = 0;
+    int rc = zps_stale_pull(s->st, req->worker, req->clock, req->request_id, (uintptr_t)p, &res,
+                            &existing, why, sizeof(why));
+    if (rc) {
+        free(p);
+        reply_error(s, &m->peer, req, rc, "%s", why);
+        return;
+    }
+    if (res == ZPS_PULL_READY) {
+        free(p);
+        zps_thist_add(&s->pull_wait, 0);
+        answer_pull(s, &m->peer, req);
+        return;
+    }
+    if (res == ZPS_PULL_DUPLICATE) {
+        /* A resend of a pull that is waiting: answer it once, on the newest
+         * route (the client may have reconnected). */
+        free(p);
+        ((parked_pull_t *)(uintptr_t)existing)->peer = m->peer;
+        return;
+    }
+    p->peer = m->peer;
+    p->req = *req;
+    p->req.json = NULL;
+    p->since_ns = zps_now_ns();
+}
+
+static void take_bsp_steps(server_t *s)
+{
+    uint64_t clock;
+    uint32_t k;
+    while (zps_stale_step_due(s->st, &clock, s->ranks, &k)) {
+        uint64_t steps_before = zps_stale_version(s->st);
+        for (uint32_t j = 0; j < k; j++) {
+            slot_t *sl = &s->slots[s->ranks[j]];
+            ZPS_ASSERT(sl->full);
+            s->grads[j] = zmq_msg_data(&sl->msg);
+            s->batches[j] = sl->batch;
+            zps_vhist_add(&s->staleness,
+                          steps_before > sl->based_on ? steps_before - sl->based_on : 0);
+        }
+        zps_weighted_mean(s->grads, s->batches, k, s->store.len, s->store.scratch);
+        zps_store_apply(&s->store, s->store.scratch, 1.0);
+        for (uint32_t j = 0; j < k; j++) {
+            slot_t *sl = &s->slots[s->ranks[j]];
+            zmq_msg_close(&sl->msg);
+            sl->full = false;
+        }
+        zps_stale_step_done(s->st);
+        s->count.steps++;
+        zps_debug("step for clock %llu from %u pushes", (unsigned long long)clock, k);
+    }
+}
+
+static void handle_push(server_t *s, zps_message_t *m)
+{
+    const zps_header_t *req = &m->hdr;
+    s->count.pushes++;
+    if (!check_worker(s, &m->peer, req, false) || !check_shard(s, &m->peer, req))
+        return;
+    if (!s->store.initialized) {
+        reply_error(s, &m->peer, req, ZPS_ENOTINIT,
+                    "push at clock %llu before the model was initialised",
+                    (unsigned long long)req->clock);
+        return;
+    }
+    if (req->total != s->store.total) {
+        reply_error(s, &m->peer, req, ZPS_ESIZE, "the model has %llu elements, the push has %llu",
+                    (unsigned long long)s->store.total, (unsigned long long)req->total);
+        return;
+    }
+    if (!check_range(s, &m->peer, req))
+        return;
+    if (req->batch == 0) {
+        reply_error(s, &m->peer, req, ZPS_EBATCH, "a gradient must come from at least one example");
+        return;
+    }
+    const float *grad = zps_message_floats(m);
+    if (!check_finite(s, &m->peer, req, grad, req->length))
+        return;
+
+    char why[ZPS_ERROR_TEXT_MAX];
+    zps_push_decision_t d;
+    int rc = zps_stale_push(s->st, (uint32_t)req->worker, req->clock, req->model_version, &d, why,
+                            sizeof(why));
+    if (rc) {
+        reply_error(s, &m->peer, req, rc, "%s", why);
+        return;
+    }
+
+    zps_header_t h;
+    switch (d.action) {
+    case ZPS_PUSH_APPLY:
+        zps_store_apply(&s->store, grad, 1.0);
+        zps_vhist_add(&s->staleness, d.staleness);
+        s->count.applied++;
+        reply_header(s, req, &h);
+        h.staleness = d.staleness;
+        break;
+    case ZPS_PUSH_BUFFER: {
+        slot_t *sl = &s->slots[req->worker];
+        ZPS_ASSERT(!sl->full);
+        zmq_msg_init(&sl->msg);
+        zmq_msg_move(&sl->msg, &m->payload);
+        sl->full = true;
+        sl->batch = req->batch;
+        sl->based_on = req->model_version;
+        s->count.buffered++;
+        reply_header(s, req, &h);
+        h.flags |= ZPS_FLAG_BUFFERED;
+        break;
+    }
+    case ZPS_PUSH_RETRY:
+        s->count.retries++;
+        reply_header(s, req, &h);
+        h.flags |= ZPS_FLAG_RETRY;
+        break;
+    case ZPS_PUSH_DROP:
+    default:
+        s->count.dropped++;
+        reply_header(s, req, &h);
+        h.flags |= ZPS_FLAG_DROPPED;
+        break;
+    }
+    send_reply(s, &m->peer, &h, NULL, 0);
+    take_bsp_steps(s);
+    answer_ready_pulls(s);
+}
+
+static char *stats_json(server_t *s)
+{
+    zps_strbuf_t b;
+    zps_strbuf_init(&b);
+    const zps_stale_config_t *sc = &s->cfg->stale;
+    zps_strbuf_printf(&b, "{\"shard\":%u,\"shards\":%u,\"endpoint\":", s->cfg->shard_index,
+                      s->cfg->shard_count);
+    zps_strbuf_json_string(&b, s->endpoint);
+    zps_strbuf_printf(&b,
+                      ",\"initialized\":%s,\"total\":%llu,\"range\":[%llu,%llu],"
+                      "\"version\":%llu,\"min_clock\":%llu,\"mode\":\"%s\",\"staleness_bound\":%u,"
+                      "\"backup_workers\":%u,\"optimizer\":\"%s\",\"workers\":%u,",
+                      s->store.initialized ? "true" : "false",
+                      (unsigned long long)s->store.total, (unsigned long long)s->store.range.lo,
+                      (unsigned long long)s->store.range.hi,
+                      (unsigned long long)zps_stale_version(s->st),
+                      (unsigned long long)zps_stale_min_clock(s->st), zps_mode_name(sc->mode),
+                      sc->staleness, sc->backup, zps_opt_name(&s->cfg->opt), sc->workers);
+    zps_strbuf_printf(&b, "\"clocks\":[");
+    for (uint32_t w = 0; w < sc->workers; w++)
+        zps_strbuf_printf(&b, "%s%llu", w ? "," : "",
+                          (unsigned long long)zps_stale_pushed(s->st, w));
+    zps_strbuf_printf(&b, "],\"live\":[");
+    for (uint32_t w = 0; w < sc->workers; w++)
+        zps_strbuf_printf(&b, "%s%s", w ? "," : "", zps_stale_live(s->st, w) ? "true" : "false");
+    zps_strbuf_printf(&b, "],\"dropped_per_worker\":[");
+    for (uint32_t w = 0; w < sc->workers; w++)
+        zps_strbuf_printf(&b, "%s%llu", w ? "," : "",
+                          (unsigned long long)zps_stale_dropped(s->st, w));
+    const counters_t *c = &s->count;
+    zps_strbuf_printf(&b,
+                      "],\"pending_pulls\":%zu,\"counts\":{\"messages_in\":%llu,"
+                      "\"messages_out\":%llu,\"bytes_in\":%llu,\"bytes_out\":%llu,\"inits\":%llu,"
+                      "\"pulls\":%llu,\"pushes\":%llu,\"applied\":%llu,\"buffered\":%llu,"
+                      "\"steps\":%llu,\"retries\":%llu,\"dropped\":%llu,\"heartbeats\":%llu,"
+                      "\"stats\":%llu,\"errors\":%llu},\"errors_by_code\":{",
+                      zps_stale_pending(s->st), (unsigned long long)c->msgs_in,
+                      (unsigned long long)c->msgs_out, (unsigned long long)c->bytes_in,
+                      (unsigned long long)c->bytes_out, (unsigned long long)c->inits,
+                      (unsigned long long)c->pulls, (unsigned long long)c->pushes,
+                      (unsigned long long)c->applied, (unsigned long long)c->buffered,
+                      (unsigned long long)c->steps, (unsigned long long)c->retries,
+                      (unsigned long long)c->dropped, (unsigned long long)c->heartbeats,
+                      (unsigned long long)c->stats, (unsigned long long)c->errors);
+    const char *sep = "";
+    for (int i = 1; i < 32; i++) {
+        if (c->errors_by_code[i]) {
+            zps_strbuf_printf(&b, "%s\"%s\":%llu", sep, zps_errname(-i),
+                              (unsigned long long)c->errors_by_code[i]);
+            sep = ",";
+        }
+    }
+    zps_strbuf_printf(&b, "},\"staleness\":");
+    zps_vhist_json(&s->staleness, &b);
+    zps_strbuf_printf(&b, ",\"pull_wait\":");
+    zps_thist_json(&s->pull_wait, &b);
+    zps_strbuf_printf(&b, ",\"uptime_s\":%.3f}",
+                      (double)(zps_now_ns() - s->started_ns) / 1e9);
+    return zps_strbuf_take(&b);
+}
+
+static void handle_stats(server_t *s, zps_message_t *m)
+{
+    s->count.stats++;
+    char *json = stats_json(s);
+    if (!json) {
+        reply_error(s, &m->peer, &m->hdr, ZPS_ENOMEM, "out of memory");
+        return;
+    }
+    zps_header_t h;
+    reply_header(s, &m->hdr, &h);
+    h.json = json;
+    send_reply(s, &m->peer, &h, NULL, 0);
+    free(json);
+}
+
+static void handle_heartbeat(server_t *s, zps_message_t *m)
+{
+    s->count.heartbeats++;
+    if (!check_worker(s, &m->peer, &m->hdr, true))
+        return;
+    zps_header_t h;
+    reply_header(s, &m->hdr, &h);
+    send_reply(s, &m->peer, &h, NULL, 0);
+}
+
+static void handle(server_t *s, zps_message_t *m, int rc)
+{
+    s->count.msgs_in++;
+    s->count.bytes_in += m->bytes;
+    if (rc != 0) {
+        static const char *const what[] = {
+            [-ZPS_EPROTO] = "the header frame could not be decoded",
+            [-ZPS_EVERSION] = "protocol version mismatch",
+            [-ZPS_EFRAMES] = "wrong number of frames for this message type",
+            [-ZPS_ELENGTH] = "the payload frame's size does not match the header's length",
+            [-ZPS_ECHECKSUM] = "the payload's CRC32C does not match the header's checksum",
+            [-ZPS_ETYPE] = "unknown message type",
+        };
+        const char *text = (unsigned)(-rc) < sizeof(what) / sizeof(what[0]) && what[-rc]
+                               ? what[-rc]
+                               : zps_strerror(rc);
+        if (rc == ZPS_EVERSION)
+            reply_error(s, &m->peer, &m->hdr, rc, "%s: this server speaks version %u, got %u",
+                        text, ZPS_PROTOCOL_VERSION, m->hdr.version);
+        else if (rc == ZPS_ETYPE)
+            reply_error(s, &m->peer, &m->hdr, rc, "%s %u", text, m->hdr.type);
+        else
+            reply_error(s, &m->peer, &m->hdr, rc, "%s", text);
+        return;
+    }
+    if (m->hdr.reply) {
+        reply_error(s, &m->peer, &m->hdr, ZPS_ETYPE, "a server does not take replies");
+        return;
+    }
+    switch (m->hdr.type) {
+    case ZPS_MSG_INIT:
+        handle_init(s, m);
+        break;
+    case ZPS_MSG_PULL:
+        handle_pull(s, m);
+        break;
+    case ZPS_MSG_PUSH:
+        handle_push(s, m);
+        break;
+    case ZPS_MSG_STATS:
+        handle_stats(s, m);
+        break;
+    case ZPS_MSG_HEARTBEAT:
+        handle_heartbeat(s, m);
+        break;
+    default:
+        reply_error(s, &m->peer, &m->hdr, ZPS_EMODE,
+                    "message type %u is not served by this server", m->hdr.type);
+        break;
+    }
+}
+
+/* ---- the loop ---- */
+
+static void on_idle(uv_idle_t *h);
+
+/* Handles what the socket holds, up to a budget; see the file comment. */
+static void drain(server_t *s)
+{
+    for (int i = 0; i < DRAIN_BUDGET && !s->stopping; i++) {
+        zps_message_t m;
+        int rc = zps_wire_recv(s->sock, ZMQ_DONTWAIT, true, &m);
+        if (rc == ZPS_EAGAIN) {
+            uv_idle_stop(&s->idle);
+            return;
+        }
+        if (rc == ZPS_ESOCKET) {
+            zps_error("receive failed: %s", zmq_strerror(zmq_errno()));
+            uv_idle_stop(&s->idle);
+            return;
+        }
+        handle(s, &m, rc);
+        zps_message_close(&m);
+    }
+    /* More may be waiting, and the edge-triggered fd will not say so again:
+     * come back on the next loop iteration, after timers and signals. */
+    if (!s->stopping)
+        uv_idle_start(&s->idle, on_idle);
+}
+
+static void on_idle(uv_idle_t *h)
+{
+    drain(h->data);
+}
+
+static void on_poll(uv_poll_t *h, int status, int events)
+{
+    (void)events;
+    server_t *s = h->data;
+    if (status < 0)
+        zps_warn("poll error: %s", uv_strerror(status));
+    drain(s);
+}
+
+static void on_close(uv_handle_t *h)
+{
+    (void)h;
+}
+
+static void stop(server_t *s, const char *why)
+{
+    if (s->stopping)
+        return;
+    zps_info("%s: shutting down (version %llu)", why,
+             (unsigned long long)zps_stale_version(s->st));
+    /* Fail the pulls still waiting so their workers learn now, not at a timeout. */
+    size_t n;
+    while ((n = zps_stale_take_all(s->st, s->tokens, s->tokens_cap)) > 0) {
+        for (size_t i = 0; i < n; i++) {
+            parked_pull_t *p = (parked_pull_t *)(uintptr_t)s->tokens[i];
+            reply_error(s, &p->peer, &p->req, ZPS_ESHUTDOWN, "the server is shutting down");
+            free(p);
+        }
+    }
+    s->stopping = true;
+    uv_poll_stop(&s->poll);
+    uv_close((uv_handle_t *)&s->poll, on_close);
+    uv_close((uv_handle_t *)&s->idle, on_close);
+    uv_close((uv_handle_t *)&s->sigint, on_close);
+    uv_close((uv_handle_t *)&s->sigterm, on_close);
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+    stop(h->data, signum == SIGINT ? "SIGINT" : "SIGTERM");
+}
+
+static int write_endpoint_file(const char *path, const char *endpoint)
+{
+    char tmp[4096];
+    snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return ZPS_EIO;
+    int ok = fprintf(f, "%s\n", endpoint) > 0;
+    ok &= fclose(f) == 0;
+    if (!ok || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return ZPS_EIO;
+    }
+    return 0;
+}
+
+static int open_socket(server_t *s)
+{
+    const zps_server_config_t *cfg = s->cfg;
+    s->ctx = zmq_ctx_new();
+    if (!s->ctx)
+        return ZPS_ESOCKET;
+    s->sock = zmq_socket(s->ctx, ZMQ_ROUTER);
+    if (!s->sock)
+        return ZPS_ESOCKET;
+    int one = 1, linger = 1000;
+    int64_t maxmsg = (int64_t)cfg->max_message_bytes;
+    zmq_setsockopt(s->sock, ZMQ_ROUTER_MANDATORY, &one, sizeof(one));
+    zmq_setsockopt(s->sock, ZMQ_LINGER, &linger, sizeof(linger));
+    zmq_setsockopt(s->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg));
+    if (zmq_bind(s->sock, cfg->listen) != 0) {
+        zps_error("cannot listen on %s: %s", cfg->listen, zmq_strerror(zmq_errno()));
+        return ZPS_ESOCKET;
+    }
+    size_t len = sizeof(s->endpoint);
+    if (zmq_getsockopt(s->sock, ZMQ_LAST_ENDPOINT, s->endpoint, &len) != 0)
+        snprintf(s->endpoint, sizeof(s->endpoint), "%s", cfg->listen);
+    return 0;
+}
+
+static void release(server_t *s)
+{
+    if (s->slots) {
+        for (uint32_t w = 0; w < s->cfg->stale.workers; w++)
+            if (s->slots[w].full)
+                zmq_msg_close(&s->slots[w].msg);
+    }
+    free(s->slots);
+    free(s->ranks);
+    free(s->grads);
+    free(s->batches);
+    free(s->tokens);
+    zps_stale_free(s->st);
+    zps_store_fini(&s->store);
+    if (s->sock)
+        zmq_close(s->sock);
+    if (s->ctx)
+        zmq_ctx_term(s->ctx);
+}
+
+int zps_server_run(const zps_server_config_t *cfg)
+{
+    server_t s;
+    memset(&s, 0, sizeof(s));
+    s.cfg = cfg;
+    s.started_ns = zps_now_ns();
+    zps_store_init(&s.store);
+    snprintf(s.tag, sizeof(s.tag), "shard %u/%u", cfg->shard_index, cfg->shard_count);
+    zps_log_set_tag(s.tag);
+
+    if (!cfg->insecure && !zps_endpoint_is_local(cfg->listen)) {
+        zps_error("refusing to listen on %s without encryption; pass --insecure to accept "
+                  "unauthenticated peers from the network",
+                  cfg->listen);
+        return ZPS_EINVAL;
+    }
+    char why[256];
+    int rc = zps_stale_new(&cfg->stale, &s.st, why, sizeof(why));
+    if (rc) {
+        zps_error("%s", rc == ZPS_EINVAL ? why : zps_strerror(rc));
+        return rc;
+    }
+    uint32_t w = cfg->stale.workers;
+    s.slots = calloc(w, sizeof(slot_t));
+    s.ranks = calloc(w, sizeof(uint32_t));
+    s.grads = calloc(w, sizeof(float *));
+    s.batches = calloc(w, sizeof(uint32_t));
+    s.tokens_cap = 64;
+    s.tokens = calloc(s.tokens_cap, sizeof(uint64_t));
+    if (!s.slots || !s.ranks || !s.grads || !s.batches || !s.tokens) {
+        release(&s);
+        return ZPS_ENOMEM;
+    }
+    rc = open_socket(&s);
+    if (rc) {
+        release(&s);
+        return rc;
+    }
+
+    int fd;
+    size_t fdlen = sizeof(fd);
+    zmq_getsockopt(s.sock, ZMQ_FD, &fd, &fdlen);
+    uv_loop_init(&s.loop);
+    uv_poll_init(&s.loop, &s.poll, fd);
+    uv_idle_init(&s.loop, &s.idle);
+    uv_signal_init(&s.loop, &s.sigint);
+    uv_signal_init(&s.loop, &s.sigterm);
+    s.poll.data = s.idle.data = s.sigint.data = s.sigterm.data = &s;
+    uv_poll_start(&s.poll, UV_READABLE, on_poll);
+    uv_signal_start(&s.sigint, on_signal, SIGINT);
+    uv_signal_start(&s.sigterm, on_signal, SIGTERM);
+
+    zps_info("listening on %s: %u workers, mode %s, optimizer %s, lr %g", s.endpoint, w,
+             zps_mode_name(cfg->stale.mode), zps_opt_name(&cfg->opt), cfg->opt.lr);
+    if (cfg->endpoint_file && write_endpoint_file(cfg->endpoint_file, s.endpoint) != 0) {
+        zps_error("cannot write %s: %s", cfg->endpoint_file, strerror(errno));
+        stop(&s, "start-up failure");
+        rc = ZPS_EIO;
+    }
+    /* Anything that arrived before the poll started would not wake us. */
+    drain(&s);
+    uv_run(&s.loop, UV_RUN_DEFAULT);
+    uv_loop_close(&s.loop);
+    release(&s);
+    zps_info("stopped");
+    return rc;
+}

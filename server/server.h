@@ -1,0 +1,46 @@
+/*
+ * server.h - zps-server's daemon: one shard behind a ZeroMQ ROUTER socket,
+ * driven by a libuv loop.
+ *
+ * The loop polls the socket's file descriptor, decodes each request
+ * (common/wire.c), asks the staleness controller (staleness.c) what to do,
+ * carries out its decisions on the store (store.c) and replies. SIGINT and
+ * SIGTERM stop it cleanly: waiting pulls are answered with ZPS_ESHUTDOWN,
+ * the socket is closed with a linger, the loop ends.
+ */
+#ifndef ZPS_SERVER_H
+#define ZPS_SERVER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "optimizer.h"
+#include "staleness.h"
+
+typedef struct zps_server_config {
+    const char *listen;        /* ZeroMQ endpoint to bind, e.g. tcp://127.0.0.1:7100 */
+    const char *endpoint_file; /* if set, the bound endpoint is written there once listening */
+    uint32_t shard_index;      /* this is shard I ... */
+    uint32_t shard_count;      /* ... of S */
+    zps_stale_config_t stale;
+    zps_opt_config_t opt;
+    bool insecure;             /* allow a non-loopback endpoint without encryption */
+    uint64_t max_message_bytes; /* larger inbound messages make ZeroMQ drop the peer */
+} zps_server_config_t;
+
+/* Defaults: tcp://127.0.0.1:7100, shard 0/1, BSP, SGD. `workers` must still be set. */
+void zps_server_config_default(zps_server_config_t *cfg);
+
+/*
+ * True when `endpoint` only accepts local peers: tcp on 127.0.0.0/8, ::1 or
+ * localhost, or ipc:// and inproc://.
+ */
+bool zps_endpoint_is_local(const char *endpoint);
+
+/*
+ * Runs the shard until SIGINT or SIGTERM. Blocks. Returns 0 after a clean
+ * shutdown, or a ZPS_E* code when it could not start (the reason is logged).
+ */
+int zps_server_run(const zps_server_config_t *cfg);
+
+#endif

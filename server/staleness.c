@@ -1,0 +1,398 @@
+/*
+ * staleness.c - the consistency rules; see staleness.h for the contract.
+ *
+ * The waiting pulls are a small array kept in arrival order: at most
+ * max_pending per worker plus as many for observers, so a linear scan after
+ * each event costs less than the message that caused it.
+ */
+#include "staleness.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+
+#define NO_CLOCK UINT64_MAX
+
+typedef struct waiting_pull {
+    int32_t worker;
+    uint64_t clock;
+    uint64_t request_id;
+    uint64_t token;
+} waiting_pull_t;
+
+struct zps_staleness {
+    zps_stale_config_t cfg;
+    bool initialized;
+    uint64_t version;
+
+    uint64_t *pushed;     /* [W] next expected clock */
+    bool *live;           /* [W] */
+    uint64_t *dropped;    /* [W] late pushes dropped (BSP with backups or eviction) */
+    uint64_t *slot_clock; /* [W] BSP: clock of the buffered push, NO_CLOCK if none */
+    uint32_t filled;      /* BSP: slots holding the current clock (= version) */
+    bool step_taken;      /* BSP: zps_stale_step_due handed out the current step */
+
+    waiting_pull_t *waiting; /* [cap] arrival order */
+    size_t nwaiting;
+    size_t cap;
+    uint32_t *waiting_per; /* [W + 1] count per worker; the last entry is the observers' */
+};
+
+static const char *const mode_names[] = {"bsp", "ssp", "asp"};
+
+int zps_mode_parse(const char *name, zps_mode_t *out)
+{
+    for (int i = 0; i < 3; i++) {
+        if (strcmp(name, mode_names[i]) == 0) {
+            *out = (zps_mode_t)i;
+            return 0;
+        }
+    }
+    return ZPS_EINVAL;
+}
+
+const char *zps_mode_name(zps_mode_t mode)
+{
+    return (unsigned)mode < 3 ? mode_names[mode] : "?";
+}
+
+int zps_stale_new(const zps_stale_config_t *cfg, zps_staleness_t **out, char *why,
+                  size_t why_size)
+{
+    const char *bad = NULL;
+    if (cfg->workers < 1 || cfg->workers > 65536)
+        bad = "--workers must be between 1 and 65536";
+    else if ((unsigned)cfg->mode > ZPS_MODE_ASP)
+        bad = "unknown mode";
+    else if (cfg->backup >= cfg->workers)
+        bad = "--backup-workers must be less than --workers";
+    else if (cfg->backup > 0 && cfg->mode != ZPS_MODE_BSP)
+        bad = "--backup-workers applies to --mode bsp only";
+    else if (cfg->max_pending < 1)
+        bad = "the pull queue needs room for at least one pull per worker";
+    if (bad) {
+        if (why)
+            snprintf(why, why_size, "%s", bad);
+        return ZPS_EINVAL;
+    }
+
+    zps_staleness_t *st = calloc(1, sizeof(*st));
+    if (!st)
+        return ZPS_ENOMEM;
+    size_t w = cfg->workers;
+    st->cfg = *cfg;
+    st->pushed = calloc(w, sizeof(uint64_t));
+    st->live = calloc(w, sizeof(bool));
+    st->dropped = calloc(w, sizeof(uint64_t));
+    st->slot_clock = calloc(w, sizeof(uint64_t));
+    st->cap = (w + 1) * cfg->max_pending;
+    st->waiting = calloc(st->cap, sizeof(waiting_pull_t));
+    st->waiting_per = calloc(w + 1, sizeof(uint32_t));
+    if (!st->pushed || !st->live || !st->dropped || !st->slot_clock || !st->waiting ||
+        !st->waiting_per) {
+        zps_stale_free(st);
+        return ZPS_ENOMEM;
+    }
+    for (size_t i = 0; i < w; i++) {
+        st->live[i] = true;
+        st->slot_clock[i] = NO_CLOCK;
+    }
+    *out = st;
+    return 0;
+}
+
+void zps_stale_free(zps_staleness_t *st)
+{
+    if (!st)
+        return;
+    free(st->pushed);
+    free(st->live);
+    free(st->dropped);
+    free(st->slot_clock);
+    free(st->waiting);
+    free(st->waiting_per);
+    free(st);
+}
+
+void zps_stale_set_initialized(zps_staleness_t *st)
+{
+    st->initialized = true;
+}
+
+bool zps_stale_initialized(const zps_staleness_t *st)
+{
+    return st->initialized;
+}
+
+uint64_t zps_stale_min_clock(const zps_staleness_t *st)
+{
+    uint64_t m = NO_CLOCK;
+    uint64_t any = 0;
+    for (uint32_t w = 0; w < st->cfg.workers; w++) {
+        if (st->live[w] && st->pushed[w] < m)
+            m = st->pushed[w];
+        if (st->pushed[w] > any)
+            any = st->pushed[w];
+    }
+    /* With every worker evicted nobody holds the others back. */
+    return m == NO_CLOCK ? any : m;
+}
+
+static uint32_t live_count(const zps_staleness_t *st)
+{
+    uint32_t n = 0;
+    for (uint32_t w = 0; w < st->cfg.workers; w++)
+        n += st->live[w];
+    return n;
+}
+
+/* BSP: pushes needed for a step: W-B of the workers, never more than are live. */
+static uint32_t step_quorum(const zps_staleness_t *st)
+{
+    uint32_t need = st->cfg.workers - st->cfg.backup;
+    uint32_t live = live_count(st);
+    if (live < need)
+        need = live;
+    return need ? need : 1;
+}
+
+__attribute__((format(printf, 3, 4))) static void fail(char *why, size_t why_size,
+                                                        const char *fmt, ...)
+{
+    if (!why)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, why_size, fmt, ap);
+    va_end(ap);
+}
+
+int zps_stale_push(zps_staleness_t *st, uint32_t w, uint64_t t, uint64_t based_on,
+                   zps_push_decision_t *out, char *why, size_t why_size)
+{
+    if (w >= st->cfg.workers) {
+        fail(why, why_size, "worker %u is not in [0, %u)", w, st->cfg.workers);
+        return ZPS_EWORKER;
+    }
+    if (!st->initialized) {
+        fail(why, why_size, "push at clock %llu before the model was initialised",
+             (unsigned long long)t);
+        return ZPS_ENOTINIT;
+    }
+    if (t < st->pushed[w]) {
+        out->action = ZPS_PUSH_RETRY;
+        out->staleness = 0;
+        return 0;
+    }
+    if (t > st->pushed[w]) {
+        fail(why, why_size, "push at clock %llu skips ahead: the next clock expected is %llu",
+             (unsigned long long)t, (unsigned long long)st->pushed[w]);
+        return ZPS_ECLOCK;
+    }
+
+    if (st->cfg.mode != ZPS_MODE_BSP) {
+        st->pushed[w] = t + 1;
+        out->action = ZPS_PUSH_APPLY;
+        out->staleness = st->version > based_on ? st->version - based_on : 0;
+        st->version++;
+        return 0;
+    }
+
+    /* BSP: the step being collected is the one for clock v. */
+    if (t > st->version) {
+        fail(why, why_size,
+             "push at clock %llu before the model for that clock exists (version %llu)",
+             (unsigned long long)t, (unsigned long long)st->version);
+        return ZPS_ECLOCK;
+    }
+    st->pushed[w] = t + 1;
+    out->staleness = 0;
+    if (t < st->version || st->step_taken) {
+        st->dropped[w]++;
+        out->action = ZPS_PUSH_DROP;
+        return 0;
+    }
+    st->slot_clock[w] = t;
+    st->filled++;
+    out->action = ZPS_PUSH_BUFFER;
+    return 0;
+}
+
+bool zps_stale_step_due(zps_staleness_t *st, uint64_t *clock, uint32_t *ranks, uint32_t *count)
+{
+    if (st->cfg.mode != ZPS_MODE_BSP || st->step_taken || st->filled == 0 ||
+        st->filled < step_quorum(st))
+        return false;
+    uint32_t n = 0;
+    for (uint32_t w = 0; w < st->cfg.workers; w++)
+        if (st->slot_clock[w] == st->version)
+            ranks[n++] = w;
+    ZPS_ASSERT(n == st->filled);
+    *clock = st->version;
+    *count = n;
+    st->step_taken = true;
+    return true;
+}
+
+void zps_stale_step_done(zps_staleness_t *st)
+{
+    ZPS_ASSERT(st->step_taken);
+    for (uint32_t w = 0; w < st->cfg.workers; w++)
+        if (st->slot_clock[w] == st->version)
+            st->slot_clock[w] = NO_CLOCK;
+    st->filled = 0;
+    st->step_taken = false;
+    st->version++;
+}
+
+static bool pull_ready(const zps_staleness_t *st, int32_t w, uint64_t t)
+{
+    if (!st->initialized)
+        return false;
+    if (w < 0)
+        return true;
+    switch (st->cfg.mode) {
+    case ZPS_MODE_BSP:
+        return st->version >= t;
+    case ZPS_MODE_SSP:
+        return t <= st->cfg.staleness || zps_stale_min_clock(st) >= t - st->cfg.staleness;
+    case ZPS_MODE_ASP:
+        return true;
+    }
+    return false;
+}
+
+static uint32_t pool_of(const zps_staleness_t *st, int32_t w)
+{
+    return w < 0 ? st->cfg.workers : (uint32_t)w;
+}
+
+int zps_stale_pull(zps_staleness_t *st, int32_t w, uint64_t t, uint64_t request_id,
+                   uint64_t token, zps_pull_result_t *out, uint64_t *existing, char *why,
+                   size_t why_size)
+{
+    if (w < -1 || (w >= 0 && (uint32_t)w >= st->cfg.workers)) {
+        fail(why, why_size, "worker %d is not in [0, %u) (or -1 for an observer)", w,
+             st->cfg.workers);
+        return ZPS_EWORKER;
+    }
+    if (w >= 0 && t > st->pushed[w]) {
+        fail(why, why_size,
+             "pull for clock %llu skips ahead: this worker's next push is for clock %llu",
+             (unsigned long long)t, (unsigned long long)st->pushed[w]);
+        return ZPS_ECLOCK;
+    }
+    if (pull_ready(st, w, t)) {
+        *out = ZPS_PULL_READY;
+        return 0;
+    }
+    for (size_t i = 0; i < st->nwaiting; i++) {
+        if (st->waiting[i].worker == w && st->waiting[i].request_id == request_id &&
+            st->waiting[i].clock == t) {
+            *existing = st->waiting[i].token;
+            *out = ZPS_PULL_DUPLICATE;
+            return 0;
+        }
+    }
+    uint32_t pool = pool_of(st, w);
+    if (st->waiting_per[pool] >= st->cfg.max_pending) {
+        fail(why, why_size, "%u pulls of this worker are already waiting (the limit)",
+             st->waiting_per[pool]);
+        return ZPS_EBUSY;
+    }
+    ZPS_ASSERT(st->nwaiting < st->cap);
+    st->waiting[st->nwaiting++] = (waiting_pull_t){w, t, request_id, token};
+    st->waiting_per[pool]++;
+    *out = ZPS_PULL_QUEUED;
+    return 0;
+}
+
+/* Removes the waiting pulls that are ready (or all of them), oldest first; writes their tokens. */
+static size_t take_where(zps_staleness_t *st, bool all, uint64_t *tokens, size_t max)
+{
+    size_t n = 0, kept = 0;
+    for (size_t i = 0; i < st->nwaiting; i++) {
+        waiting_pull_t p = st->waiting[i];
+        if (n < max && (all || pull_ready(st, p.worker, p.clock))) {
+            tokens[n++] = p.token;
+            st->waiting_per[pool_of(st, p.worker)]--;
+        } else {
+            st->waiting[kept++] = p;
+        }
+    }
+    st->nwaiting = kept;
+    return n;
+}
+
+size_t zps_stale_take_ready(zps_staleness_t *st, uint64_t *tokens, size_t max)
+{
+    return take_where(st, false, tokens, max);
+}
+
+size_t zps_stale_take_all(zps_staleness_t *st, uint64_t *tokens, size_t max)
+{
+    return take_where(st, true, tokens, max);
+}
+
+void zps_stale_evict(zps_staleness_t *st, uint32_t w)
+{
+    if (w < st->cfg.workers)
+        st->live[w] = false;
+}
+
+uint64_t zps_stale_rejoin(zps_staleness_t *st, uint32_t w)
+{
+    if (w >= st->cfg.workers)
+        return 0;
+    uint64_t at = st->cfg.mode == ZPS_MODE_BSP ? st->version : zps_stale_min_clock(st);
+    st->live[w] = true;
+    if (st->pushed[w] < at)
+        st->pushed[w] = at;
+    return st->pushed[w];
+}
+
+uint64_t zps_stale_version(const zps_staleness_t *st)
+{
+    return st->version;
+}
+
+uint64_t zps_stale_pushed(const zps_staleness_t *st, uint32_t w)
+{
+    return w < st->cfg.workers ? st->pushed[w] : 0;
+}
+
+bool zps_stale_live(const zps_staleness_t *st, uint32_t w)
+{
+    return w < st->cfg.workers && st->live[w];
+}
+
+uint64_t zps_stale_dropped(const zps_staleness_t *st, uint32_t w)
+{
+    return w < st->cfg.workers ? st->dropped[w] : 0;
+}
+
+size_t zps_stale_pending(const zps_staleness_t *st)
+{
+    return st->nwaiting;
+}
+
+const zps_stale_config_t *zps_stale_config(const zps_staleness_t *st)
+{
+    return &st->cfg;
+}
+
+void zps_stale_restore(zps_staleness_t *st, uint64_t version, const uint64_t *pushed,
+                       const bool *live)
+{
+    st->version = version;
+    st->filled = 0;
+    st->step_taken = false;
+    for (uint32_t w = 0; w < st->cfg.workers; w++) {
+        st->pushed[w] = pushed[w];
+        st->live[w] = live[w];
+        st->slot_clock[w] = NO_CLOCK;
+    }
+}

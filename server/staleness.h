@@ -1,0 +1,145 @@
+/*
+ * staleness.h - the consistency rules of one shard, as a pure state machine.
+ *
+ * It decides when a pull may be answered and what happens to a push: apply
+ * it now, buffer it for its clock's synchronous step, acknowledge it as a
+ * retry, drop it as too late, or refuse it. It does no I/O, allocates only in
+ * zps_stale_new, and knows nothing of parameters or time: the server feeds it
+ * events and carries out its decisions, so the rules can be tested as a
+ * table of events and expected answers.
+ *
+ * Terms (DESIGN.md, "Clocks and the staleness controller"):
+ *   pushed[w]  the next clock the shard expects from worker w
+ *   v          the shard's model version: optimizer steps applied
+ *   min_clock  min over live workers of pushed[w]
+ *
+ *   mode  a push at clock t                  a pull for clock t is ready when
+ *   BSP   buffered; one step when every      v >= t
+ *         live worker (or W-B of them with
+ *         B backups) has pushed t
+ *   SSP   applied on arrival                 min_clock >= t - s
+ *   ASP   applied on arrival                 always
+ *
+ * Pulls that are not ready wait in a bounded queue inside the state machine,
+ * each identified by an opaque token of the caller's; zps_stale_take_ready
+ * hands back the tokens that became ready after any event.
+ *
+ * Not thread-safe: one shard's loop drives it.
+ */
+#ifndef ZPS_STALENESS_H
+#define ZPS_STALENESS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum zps_mode {
+    ZPS_MODE_BSP = 0,
+    ZPS_MODE_SSP = 1,
+    ZPS_MODE_ASP = 2,
+} zps_mode_t;
+
+/* "bsp", "ssp", "asp". */
+int zps_mode_parse(const char *name, zps_mode_t *out);
+const char *zps_mode_name(zps_mode_t mode);
+
+typedef struct zps_stale_config {
+    zps_mode_t mode;
+    uint32_t workers;     /* W >= 1 */
+    uint32_t staleness;   /* SSP: s */
+    uint32_t backup;      /* BSP: B backup workers, B < W */
+    uint32_t max_pending; /* waiting pulls allowed per worker (and per observer pool), >= 1 */
+} zps_stale_config_t;
+
+typedef struct zps_staleness zps_staleness_t;
+
+/* Returns 0, ZPS_EINVAL (bad config; reason in why) or ZPS_ENOMEM. */
+int zps_stale_new(const zps_stale_config_t *cfg, zps_staleness_t **out, char *why,
+                  size_t why_size);
+void zps_stale_free(zps_staleness_t *st); /* NULL is a no-op */
+
+/* The model now exists: pulls may be answered. */
+void zps_stale_set_initialized(zps_staleness_t *st);
+bool zps_stale_initialized(const zps_staleness_t *st);
+
+typedef enum zps_push_action {
+    ZPS_PUSH_APPLY,  /* apply this gradient now as one optimizer step; v has advanced */
+    ZPS_PUSH_BUFFER, /* keep it in worker w's slot until its clock's step */
+    ZPS_PUSH_RETRY,  /* already taken earlier: acknowledge, change nothing */
+    ZPS_PUSH_DROP,   /* too late: its clock's step was taken without it */
+} zps_push_action_t;
+
+typedef struct zps_push_decision {
+    zps_push_action_t action;
+    uint64_t staleness; /* APPLY: updates applied since the version the gradient was computed on */
+} zps_push_decision_t;
+
+/*
+ * Worker w (0 <= w < W) pushes a gradient at clock t, computed on model
+ * version `based_on`. Returns 0 with a decision, or ZPS_EWORKER,
+ * ZPS_ENOTINIT, ZPS_ECLOCK (t skips ahead of pushed[w], or a BSP push for a
+ * clock whose version does not exist yet); an error changes nothing. The
+ * reason for ZPS_ECLOCK is written to why.
+ */
+int zps_stale_push(zps_staleness_t *st, uint32_t w, uint64_t t, uint64_t based_on,
+                   zps_push_decision_t *out, char *why, size_t why_size);
+
+/*
+ * BSP: when the pushes buffered for the current clock are enough for a step,
+ * returns true with the clock and the contributing ranks in rank order
+ * (ranks[] has room for W entries; *count gets how many). The step is then
+ * "taken": later pushes for that clock are dropped. The caller applies it and
+ * calls zps_stale_step_done. Returns false when no step is due or one is
+ * already taken and not done.
+ */
+bool zps_stale_step_due(zps_staleness_t *st, uint64_t *clock, uint32_t *ranks, uint32_t *count);
+void zps_stale_step_done(zps_staleness_t *st);
+
+typedef enum zps_pull_result {
+    ZPS_PULL_READY,     /* answer now */
+    ZPS_PULL_QUEUED,    /* waiting; its token will come out of zps_stale_take_ready */
+    ZPS_PULL_DUPLICATE, /* the same request is already waiting (its token in *existing) */
+} zps_pull_result_t;
+
+/*
+ * Worker w (or -1 for an observer, which sees the model at once) pulls for
+ * clock t with the caller's request id. Returns 0 with a result, or
+ * ZPS_EWORKER, ZPS_ECLOCK (t is beyond the clocks w has pushed) or ZPS_EBUSY
+ * (too many pulls of this worker already waiting); an error changes nothing.
+ */
+int zps_stale_pull(zps_staleness_t *st, int32_t w, uint64_t t, uint64_t request_id,
+                   uint64_t token, zps_pull_result_t *out, uint64_t *existing, char *why,
+                   size_t why_size);
+
+/*
+ * Removes up to `max` waiting pulls that the rules now allow, oldest first,
+ * and writes their tokens. Returns how many. Call after every event.
+ */
+size_t zps_stale_take_ready(zps_staleness_t *st, uint64_t *tokens, size_t max);
+
+/* Removes every waiting pull (shutdown); returns how many were written, up to max. */
+size_t zps_stale_take_all(zps_staleness_t *st, uint64_t *tokens, size_t max);
+
+/* Liveness: an evicted worker no longer holds back min_clock or BSP's count. */
+void zps_stale_evict(zps_staleness_t *st, uint32_t w);
+/*
+ * Re-admits an evicted worker at the current clock: pushed[w] becomes the
+ * clock the others are at (BSP: v; SSP/ASP: min_clock of the live workers),
+ * or stays where it was if that is later. Returns that clock.
+ */
+uint64_t zps_stale_rejoin(zps_staleness_t *st, uint32_t w);
+
+/* Read-only views for replies and statistics. */
+uint64_t zps_stale_version(const zps_staleness_t *st);
+uint64_t zps_stale_min_clock(const zps_staleness_t *st);
+uint64_t zps_stale_pushed(const zps_staleness_t *st, uint32_t w);
+bool zps_stale_live(const zps_staleness_t *st, uint32_t w);
+uint64_t zps_stale_dropped(const zps_staleness_t *st, uint32_t w);
+size_t zps_stale_pending(const zps_staleness_t *st);
+const zps_stale_config_t *zps_stale_config(const zps_staleness_t *st);
+
+/* Restoring a checkpoint: sets v, pushed[] and live[] (arrays of W entries). */
+void zps_stale_restore(zps_staleness_t *st, uint64_t version, const uint64_t *pushed,
+                       const bool *live);
+
+#endif

@@ -1,0 +1,47 @@
+/*
+ * stats.h - what a shard counts about itself, for STATS replies and logs.
+ *
+ * Plain counters and two histograms: one over small integers (staleness of
+ * applied pushes) and one over durations with about 6% resolution (how long
+ * pulls waited). No I/O, no locking: the server's loop owns them.
+ */
+#ifndef ZPS_STATS_H
+#define ZPS_STATS_H
+
+#include <stdint.h>
+
+#include "strbuf.h"
+
+/* Integer histogram: exact counts for 0..ZPS_VHIST_EXACT-1, one overflow bucket. */
+#define ZPS_VHIST_EXACT 64
+typedef struct zps_vhist {
+    uint64_t counts[ZPS_VHIST_EXACT];
+    uint64_t overflow;
+    uint64_t n;
+    uint64_t max;
+    uint64_t sum;
+} zps_vhist_t;
+
+void zps_vhist_add(zps_vhist_t *h, uint64_t value);
+/* The smallest value v such that at least q of the samples are <= v (0 when empty). */
+uint64_t zps_vhist_quantile(const zps_vhist_t *h, double q);
+/* Appends {"count":..,"max":..,"mean":..,"p50":..,"p99":..,"histogram":{"0":n,...}}. */
+void zps_vhist_json(const zps_vhist_t *h, zps_strbuf_t *b);
+
+/* Duration histogram, in nanoseconds: 16 sub-buckets per power of two. */
+#define ZPS_THIST_SUB 16
+#define ZPS_THIST_BUCKETS (64 * ZPS_THIST_SUB)
+typedef struct zps_thist {
+    uint64_t counts[ZPS_THIST_BUCKETS];
+    uint64_t n;
+    uint64_t max_ns;
+    uint64_t sum_ns;
+} zps_thist_t;
+
+void zps_thist_add(zps_thist_t *h, uint64_t ns);
+/* An upper bound, within one sub-bucket, of the q-quantile; exact max for q = 1. */
+uint64_t zps_thist_quantile(const zps_thist_t *h, double q);
+/* Appends {"count":..,"mean_ms":..,"p50_ms":..,"p99_ms":..,"max_ms":..}. */
+void zps_thist_json(const zps_thist_t *h, zps_strbuf_t *b);
+
+#endif

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# The worked example of DESIGN.md driven entirely through the `zps` tool and
+# real zps-server processes, plus the tool's exit-status contract:
+# 0 success, 1 refused by a server, 2 bad usage, 3 a pull that timed out.
+#
+# usage: cli_example.sh ZPS_SERVER_BIN ZPS_BIN
+set -euo pipefail
+server_bin=$1
+zps=$2
+dir=$(mktemp -d /tmp/zps-cli-XXXXXX)
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$dir"
+}
+trap cleanup EXIT
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# start_server NAME ARGS... : starts a server, sets $ep to its endpoint
+start_server() {
+    local name=$1; shift
+    "$server_bin" --listen 'tcp://127.0.0.1:*' --endpoint-file "$dir/$name.ep" "$@" \
+        2>"$dir/$name.log" &
+    pids+=($!)
+    for _ in $(seq 1 500); do
+        [ -s "$dir/$name.ep" ] && break
+        sleep 0.01
+    done
+    [ -s "$dir/$name.ep" ] || fail "server $name did not start: $(cat "$dir/$name.log")"
+    ep=$(cat "$dir/$name.ep")
+}
+
+# expect_status WANT CMD... : runs CMD, checks its exit status
+expect_status() {
+    local want=$1; shift
+    set +e
+    "$@" >"$dir/out" 2>"$dir/err"
+    local got=$?
+    set -e
+    [ "$got" -eq "$want" ] || fail "'$*' exited $got, expected $want: $(cat "$dir/err")"
+}
+
+# --- one shard, one parameter w = 10, gradients 2, 4, 6, 8, lr 0.1 ---
+start_server one --workers 4 --lr 0.1
+one=$ep
+"$zps" init --servers "$one" --values 10
+for w in 0 1 2 3; do
+    [ "$("$zps" pull --servers "$one" --worker $w --clock 0)" = 10 ] || fail "pull clock 0"
+done
+for w in 0 1 2 3; do
+    "$zps" push --servers "$one" --worker $w --clock 0 --batch 1 --values $(( (w + 1) * 2 ))
+done
+for w in 0 1 2 3; do
+    got=$("$zps" pull --servers "$one" --worker $w --clock 1)
+    [ "$got" = 9.5 ] || fail "worker $w pulled '$got' for clock 1, expected 9.5"
+done
+
+# --- two shards, a vector model: 5 elements split 2 + 3 ---
+start_server s0 --workers 4 --lr 0.1 --shard 0/2
+s0=$ep
+start_server s1 --workers 4 --lr 0.1 --shard 1/2
+s1=$ep
+"$zps" init --servers "$s0,$s1" --values 10,10,10,10,10
+for w in 0 1 2 3; do
+    g=$(( (w + 1) * 2 ))
+    "$zps" push --servers "$s0,$s1" --worker $w --clock 0 --batch 1 --values "$g,$g,$g,$g,$g"
+done
+for w in 0 1 2 3; do
+    got=$("$zps" pull --servers "$s0,$s1" --worker $w --clock 1 | tr '\n' ' ')
+    [ "$got" = "9.5 9.5 9.5 9.5 9.5 " ] || fail "two shards: worker $w pulled '$got'"
+done
+# Each server's statistics, one JSON line each.
+[ "$("$zps" stats --servers "$s0,$s1" | grep -c '"version":1')" = 2 ] || fail "stats"
+
+# --- exit statuses ---
+expect_status 2 "$zps"
+expect_status 2 "$zps" frobnicate --servers "$one"
+expect_status 2 "$zps" pull
+expect_status 2 "$zps" push --servers "$one" --clock 1 --batch 1 --values 1
+expect_status 2 "$zps" push --servers "$one" --worker 0 --clock x --batch 1 --values 1
+expect_status 2 "$zps" init --servers "$one" --values 1,,2
+expect_status 2 "$zps" init --servers "$one" --values 1,nan
+expect_status 2 "$server_bin" --workers 2 --mode lazy
+expect_status 2 "$server_bin" --workers 2 --lr -1
+expect_status 2 "$server_bin"
+# A refusal: a clock that skips ahead, with the server's reason on stderr.
+expect_status 1 "$zps" push --servers "$one" --worker 0 --clock 7 --batch 1 --values 1
+grep -q "skips ahead" "$dir/err" || fail "no reason printed: $(cat "$dir/err")"
+# A pull for a clock whose model does not exist yet times out: worker 0 has
+# pushed clock 1, the others have not.
+"$zps" push --servers "$one" --worker 0 --clock 1 --batch 1 --values 1
+expect_status 3 "$zps" pull --servers "$one" --worker 0 --clock 2 --timeout-ms 300
+# Raw float32 files work like --values.
+printf '\x00\x00\x20\x41' >"$dir/ten.f32"   # 10.0f, little-endian
+expect_status 0 "$zps" init --servers "$one" --file "$dir/ten.f32"
+printf '\x00\x00\x20' >"$dir/short.f32"
+expect_status 2 "$zps" init --servers "$one" --file "$dir/short.f32"
+
+echo "cli example: all checks passed"

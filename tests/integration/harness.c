@@ -1,0 +1,148 @@
+/*
+ * harness.c - see harness.h.
+ */
+#include "harness.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef ZPS_SERVER_BIN
+#error "ZPS_SERVER_BIN must name the zps-server binary"
+#endif
+
+const char *harness_server_bin(void)
+{
+    const char *env = getenv("ZPS_SERVER_BIN");
+    return env && *env ? env : ZPS_SERVER_BIN;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+int harness_start(harness_server_t *s, const char *const *args)
+{
+    memset(s, 0, sizeof(*s));
+    snprintf(s->dir, sizeof(s->dir), "/tmp/zps-test-XXXXXX");
+    if (!mkdtemp(s->dir)) {
+        perror("mkdtemp");
+        return -1;
+    }
+    char epfile[320];
+    snprintf(epfile, sizeof(epfile), "%s/endpoint", s->dir);
+
+    const char *argv[64];
+    int n = 0;
+    argv[n++] = harness_server_bin();
+    argv[n++] = "--listen";
+    argv[n++] = "tcp://127.0.0.1:*";
+    argv[n++] = "--endpoint-file";
+    argv[n++] = epfile;
+    for (int i = 0; args && args[i] && n < 62; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) {
+        perror("fork");
+        return -1;
+    }
+    if (pid == 0) {
+        /* Die with the test, whatever happens to it. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(127);
+        if (!getenv("ZPS_TEST_VERBOSE")) {
+            int devnull = open("/dev/null", O_WRONLY);
+            if (devnull >= 0)
+                dup2(devnull, STDERR_FILENO);
+        }
+        execv(argv[0], (char *const *)argv);
+        perror(argv[0]);
+        _exit(127);
+    }
+    s->pid = pid;
+    for (int waited = 0; waited < 10000; waited += 5) {
+        FILE *f = fopen(epfile, "r");
+        if (f) {
+            bool ok = fgets(s->endpoint, sizeof(s->endpoint), f) != NULL;
+            fclose(f);
+            if (ok) {
+                s->endpoint[strcspn(s->endpoint, "\n")] = '\0';
+                return 0;
+            }
+        }
+        int status;
+        if (waitpid(pid, &status, WNOHANG) == pid) {
+            fprintf(stderr, "harness: %s exited before listening (status %d)\n", argv[0], status);
+            s->pid = 0;
+            return -1;
+        }
+        sleep_ms(5);
+    }
+    fprintf(stderr, "harness: %s did not start listening within 10 s\n", argv[0]);
+    harness_stop(s);
+    return -1;
+}
+
+int harness_stop(harness_server_t *s)
+{
+    int result = -1;
+    if (s->pid > 0) {
+        kill(s->pid, SIGCONT); /* a stopped process cannot handle SIGTERM */
+        kill(s->pid, SIGTERM);
+        int status = 0;
+        for (int waited = 0;; waited += 10) {
+            pid_t r = waitpid(s->pid, &status, WNOHANG);
+            if (r == s->pid) {
+                result = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+                break;
+            }
+            if (r < 0 && errno != EINTR)
+                break;
+            if (waited == 5000)
+                kill(s->pid, SIGKILL);
+            sleep_ms(10);
+        }
+        s->pid = 0;
+    }
+    if (s->dir[0]) {
+        char path[320];
+        snprintf(path, sizeof(path), "%s/endpoint", s->dir);
+        unlink(path);
+        rmdir(s->dir);
+        s->dir[0] = '\0';
+    }
+    return result;
+}
+
+void harness_signal(harness_server_t *s, int sig)
+{
+    if (s->pid > 0)
+        kill(s->pid, sig);
+}
+
+bool harness_alive(harness_server_t *s)
+{
+    if (s->pid <= 0)
+        return false;
+    int status;
+    pid_t r = waitpid(s->pid, &status, WNOHANG);
+    if (r == s->pid) {
+        s->pid = 0;
+        return false;
+    }
+    return true;
+}

@@ -1,0 +1,39 @@
+/*
+ * harness.h - real zps-server processes for integration tests.
+ *
+ * Each server is started with --listen tcp://127.0.0.1:* (the kernel picks a
+ * free port) and --endpoint-file, and the harness waits for that file. The
+ * child dies with the test (PR_SET_PDEATHSIG), and harness_stop sends
+ * SIGTERM, then SIGKILL after a grace period, so no process is left behind.
+ */
+#ifndef ZPS_HARNESS_H
+#define ZPS_HARNESS_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+typedef struct harness_server {
+    pid_t pid;
+    char endpoint[256];
+    char dir[256]; /* private temporary directory */
+} harness_server_t;
+
+/*
+ * Starts zps-server with `args` (NULL-terminated, without --listen and
+ * --endpoint-file). Returns 0, or -1 with a message on stderr.
+ */
+int harness_start(harness_server_t *s, const char *const *args);
+
+/* SIGTERM, wait up to 5 s, then SIGKILL. Returns the exit status (or -1). */
+int harness_stop(harness_server_t *s);
+
+/* Sends `sig` (e.g. SIGSTOP, SIGCONT, SIGKILL) without waiting. */
+void harness_signal(harness_server_t *s, int sig);
+
+/* True while the process has not exited. */
+bool harness_alive(harness_server_t *s);
+
+/* Path of the zps-server binary under test. */
+const char *harness_server_bin(void);
+
+#endif

@@ -1,0 +1,316 @@
+/*
+ * test_bad_input.c - malformed and wrong requests sent raw to a running
+ * zps-server. Each must get an ERROR reply with its own status and a reason,
+ * the server must keep serving, and the model must be exactly as before.
+ *
+ * Messages are built here with protobuf-c and raw ZeroMQ frames, not with
+ * common/wire.c, so the test does not share the encoder it is checking.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include <cmocka.h>
+
+#include "checksum.h"
+#include "client.h"
+#include "error.h"
+#include "harness.h"
+#include "zps.pb-c.h"
+
+#define N 6 /* elements; shard 0/2 owns [0, 3), shard 1/2 owns [3, 6) */
+
+typedef struct fixture {
+    harness_server_t srv;
+    void *ctx;
+    void *sock;
+    uint64_t next_id;
+} fixture_t;
+
+static int setup(void **state)
+{
+    fixture_t *f = calloc(1, sizeof(*f));
+    /* Shard 1 of 2, one worker: a valid push is applied at once. */
+    const char *args[] = {"--workers", "1", "--shard", "1/2", "--lr", "0.5", NULL};
+    if (harness_start(&f->srv, args) != 0)
+        return -1;
+    f->ctx = zmq_ctx_new();
+    f->sock = zmq_socket(f->ctx, ZMQ_DEALER);
+    int linger = 0, timeout = 5000;
+    zmq_setsockopt(f->sock, ZMQ_LINGER, &linger, sizeof(linger));
+    zmq_setsockopt(f->sock, ZMQ_RCVTIMEO, &timeout, sizeof(timeout));
+    zmq_connect(f->sock, f->srv.endpoint);
+    f->next_id = 1000;
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture_t *f = *state;
+    zmq_close(f->sock);
+    zmq_ctx_term(f->ctx);
+    int rc = harness_stop(&f->srv);
+    free(f);
+    return rc == 0 ? 0 : -1;
+}
+
+/* A well-formed header for this shard; callers then spoil one thing. */
+static Zps__Header header(fixture_t *f, Zps__MsgType type)
+{
+    Zps__Header h = ZPS__HEADER__INIT;
+    h.version = 1;
+    h.type = type;
+    h.worker = 0;
+    h.request_id = ++f->next_id;
+    h.total = N;
+    h.offset = 3;
+    h.length = 3;
+    h.batch = 1;
+    h.shard_index = 1;
+    h.shard_count = 2;
+    return h;
+}
+
+static void send_frames(fixture_t *f, const void *hdr, size_t hlen, const void *payload,
+                        size_t plen, bool with_payload)
+{
+    assert_true(zmq_send(f->sock, hdr, hlen, with_payload ? ZMQ_SNDMORE : 0) >= 0);
+    if (with_payload)
+        assert_true(zmq_send(f->sock, payload, plen, 0) >= 0);
+}
+
+static void send_header(fixture_t *f, Zps__Header *h, const void *payload, size_t plen,
+                        bool with_payload)
+{
+    uint8_t buf[512];
+    size_t n = zps__header__pack(h, buf);
+    send_frames(f, buf, n, payload, plen, with_payload);
+}
+
+/* Receives one reply; returns its header (caller frees) and payload size in *plen. */
+static Zps__Header *recv_reply(fixture_t *f, float *payload, size_t cap, size_t *plen)
+{
+    zmq_msg_t m;
+    zmq_msg_init(&m);
+    assert_true(zmq_msg_recv(&m, f->sock, 0) >= 0);
+    Zps__Header *h = zps__header__unpack(NULL, zmq_msg_size(&m), zmq_msg_data(&m));
+    assert_non_null(h);
+    int more = zmq_msg_more(&m);
+    zmq_msg_close(&m);
+    *plen = 0;
+    if (more) {
+        zmq_msg_init(&m);
+        assert_true(zmq_msg_recv(&m, f->sock, 0) >= 0);
+        *plen = zmq_msg_size(&m);
+        assert_true(*plen <= cap * sizeof(float));
+        memcpy(payload, zmq_msg_data(&m), *plen);
+        zmq_msg_close(&m);
+    }
+    return h;
+}
+
+/* Expects an ERROR reply to the last request with status `code` and a reason. */
+static void expect_error(fixture_t *f, int code, uint64_t request_id)
+{
+    float buf[8];
+    size_t plen;
+    Zps__Header *h = recv_reply(f, buf, 8, &plen);
+    if (h->status != code)
+        fail_msg("expected %s, got %s (%s)", zps_errname(code), zps_errname(h->status),
+                 h->error);
+    assert_true(h->reply);
+    assert_int_equal(plen, 0);
+    assert_true(strlen(h->error) > 0);
+    if (request_id)
+        assert_int_equal(h->request_id, request_id);
+    zps__header__free_unpacked(h, NULL);
+}
+
+static void push_payload(fixture_t *f, Zps__Header *h, const float *v, size_t n)
+{
+    h->checksum = zps_crc32c(0, v, n * sizeof(float));
+    send_header(f, h, v, n * sizeof(float), true);
+}
+
+/* The shard's parameters and version, as an observer sees them. */
+static uint64_t observe(fixture_t *f, float out[3])
+{
+    Zps__Header h = header(f, ZPS__MSG_TYPE__MSG_PULL);
+    h.worker = -1;
+    send_header(f, &h, NULL, 0, false);
+    size_t plen;
+    Zps__Header *r = recv_reply(f, out, 3, &plen);
+    assert_int_equal(r->status, 0);
+    assert_int_equal(plen, 3 * sizeof(float));
+    uint64_t v = r->model_version;
+    zps__header__free_unpacked(r, NULL);
+    return v;
+}
+
+static void test_bad_requests(void **state)
+{
+    fixture_t *f = *state;
+    const float init[3] = {1.0f, 2.0f, 3.0f};
+    const float good[3] = {0.5f, 0.5f, 0.5f};
+
+    /* Before INIT: a push has no model to go to. */
+    Zps__Header h = header(f, ZPS__MSG_TYPE__MSG_PUSH);
+    push_payload(f, &h, good, 3);
+    expect_error(f, ZPS_ENOTINIT, h.request_id);
+
+    /* INIT this shard. */
+    h = header(f, ZPS__MSG_TYPE__MSG_INIT);
+    push_payload(f, &h, init, 3);
+    float tmp[8];
+    size_t plen;
+    Zps__Header *r = recv_reply(f, tmp, 8, &plen);
+    assert_int_equal(r->status, 0);
+    zps__header__free_unpacked(r, NULL);
+
+    /* 1. An undecodable header. */
+    const unsigned char junk[] = {0xff, 0xff, 0xff, 0xff, 0x0f};
+    send_frames(f, junk, sizeof(junk), NULL, 0, false);
+    expect_error(f, ZPS_EPROTO, 0);
+
+    /* 2. A wrong protocol version. */
+    h = header(f, ZPS__MSG_TYPE__MSG_PULL);
+    h.version = 99;
+    send_header(f, &h, NULL, 0, false);
+    expect_error(f, ZPS_EVERSION, h.request_id);
+
+    /* 3. A payload of the wrong length: header says 3 floats, frame holds 2. */
+    h = header(f, ZPS__MSG_TYPE__MSG_PUSH);
+    h.checksum = zps_crc32c(0, good, 2 * sizeof(float));
+    send_header(f, &h, good, 2 * sizeof(float), true);
+    expect_error(f, ZPS_ELENGTH, h.request_id);
+    /* ... and one that is not a whole number of floats. */
+    h = header(f, ZPS__MSG_TYPE__MSG_PUSH);
+    h.checksum = zps_crc32c(0, good, 11);
+    send_header(f, &h, good, 11, true);
+    expect_error(f, ZPS_ELENGTH, h.request_id);
+
+    /* 4. A bad checksum. */
+    h = header(f, ZPS__MSG_TYPE__MSG_PUSH);
+    h.checksum = zps_crc32c(0, good, sizeof(good)) ^ 1u;
+    send_header(f, &h, good, sizeof(good), true);
+    expect_error(f, ZPS_ECHECKSUM, h.request_id);
+
+    /* 5. A range that does not match the shard: shard 0's slice sent to shard 1. */
+    h = header(f, ZPS__MSG_TYPE__MSG_PUSH);
+    h.offset = 0;
+    push_payload(f, &h, good, 3);
+    expect_error(f, ZPS_ERANGE, h.request_id);
+    /* ... a request addressed to another shard number. */
+    h = header(f, ZPS__MSG_TYPE__MSG_PUSH);
+    h.shard_index = 0;
+    push_payload(f, &h, good, 3);
+    expect_error(f, ZPS_ERANGE, h.request_id);
+    /* ... another model size. */
+    h = header(f, ZPS__MSG_TYPE__MSG_PUSH);
+    h.total = 8;
+    h.offset = 4;
+    h.length = 4;
+    const float four[4] = {0};
+    push_payload(f, &h, four, 4);
+    expect_error(f, ZPS_ESIZE, h.request_id);
+
+    /* 6. Non-finite gradient values. */
+    float nan_grad[3] = {0.5f, NAN, 0.5f};
+    h = header(f, ZPS__MSG_TYPE__MSG_PUSH);
+    push_payload(f, &h, nan_grad, 3);
+    expect_error(f, ZPS_ENONFINITE, h.request_id);
+    float inf_grad[3] = {0.5f, 0.5f, -INFINITY};
+    h = header(f, ZPS__MSG_TYPE__MSG_PUSH);
+    push_payload(f, &h, inf_grad, 3);
+    expect_error(f, ZPS_ENONFINITE, h.request_id);
+
+    /* 7. An unknown message type. */
+    h = header(f, (Zps__MsgType)42);
+    send_header(f, &h, NULL, 0, false);
+    expect_error(f, ZPS_ETYPE, h.request_id);
+
+    /* 8. Frames that do not fit the type: a PULL with a payload, a PUSH without. */
+    h = header(f, ZPS__MSG_TYPE__MSG_PULL);
+    push_payload(f, &h, good, 3);
+    expect_error(f, ZPS_EFRAMES, h.request_id);
+    h = header(f, ZPS__MSG_TYPE__MSG_PUSH);
+    send_header(f, &h, NULL, 0, false);
+    expect_error(f, ZPS_EFRAMES, h.request_id);
+
+    /* 9. An unknown worker, a zero batch, a clock that skips ahead. */
+    h = header(f, ZPS__MSG_TYPE__MSG_PUSH);
+    h.worker = 7;
+    push_payload(f, &h, good, 3);
+    expect_error(f, ZPS_EWORKER, h.request_id);
+    h = header(f, ZPS__MSG_TYPE__MSG_PUSH);
+    h.batch = 0;
+    push_payload(f, &h, good, 3);
+    expect_error(f, ZPS_EBATCH, h.request_id);
+    h = header(f, ZPS__MSG_TYPE__MSG_PUSH);
+    h.clock = 3;
+    push_payload(f, &h, good, 3);
+    expect_error(f, ZPS_ECLOCK, h.request_id);
+
+    /* 10. INIT again with other values. */
+    h = header(f, ZPS__MSG_TYPE__MSG_INIT);
+    push_payload(f, &h, good, 3);
+    expect_error(f, ZPS_EINITED, h.request_id);
+
+    /* 11. A message that claims to be a reply. */
+    h = header(f, ZPS__MSG_TYPE__MSG_STATS);
+    h.reply = true;
+    send_header(f, &h, NULL, 0, false);
+    expect_error(f, ZPS_ETYPE, h.request_id);
+
+    /* Nothing changed. */
+    float now[3];
+    assert_int_equal(observe(f, now), 0);
+    assert_memory_equal(now, init, sizeof(init));
+
+    /* And the server still works: one valid push is one step (W = 1). */
+    h = header(f, ZPS__MSG_TYPE__MSG_PUSH);
+    push_payload(f, &h, good, 3);
+    r = recv_reply(f, tmp, 8, &plen);
+    assert_int_equal(r->status, 0);
+    zps__header__free_unpacked(r, NULL);
+    assert_int_equal(observe(f, now), 1);
+    for (int i = 0; i < 3; i++)
+        assert_true(now[i] == init[i] - 0.5f * 0.5f);
+    assert_true(harness_alive(&f->srv));
+}
+
+/* The server's STATS count every refusal under its own name. */
+static void test_stats_count_errors(void **state)
+{
+    fixture_t *f = *state;
+    const char *eps[2] = {"tcp://127.0.0.1:1", f->srv.endpoint};
+    zps_client_opts_t o;
+    zps_client_opts_default(&o);
+    o.timeout_ms = 5000;
+    zps_client_t *c;
+    assert_int_equal(zps_client_new(eps, 2, &o, &c), 0);
+    char *json = NULL;
+    assert_int_equal(zps_client_stats(c, 1, &json), 0);
+    assert_non_null(strstr(json, "\"ZPS_ECHECKSUM\":1"));
+    assert_non_null(strstr(json, "\"ZPS_ENONFINITE\":2"));
+    assert_non_null(strstr(json, "\"ZPS_ERANGE\":2"));
+    assert_non_null(strstr(json, "\"shard\":1,\"shards\":2"));
+    free(json);
+    zps_client_free(c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bad_requests),
+        cmocka_unit_test(test_stats_count_errors),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,261 @@
+/*
+ * test_wire.c - message framing over an inproc DEALER/ROUTER pair: every
+ * header field and the payload survive a round trip, zero-copy payloads are
+ * released, and each way a message can be wrong gets its own code.
+ * Malformed messages are built with protobuf-c and raw frames here.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include <cmocka.h>
+
+#include "checksum.h"
+#include "error.h"
+#include "wire.h"
+#include "zps.pb-c.h"
+
+typedef struct pair {
+    void *ctx, *router, *dealer;
+} pair_t;
+
+static int setup(void **state)
+{
+    pair_t *p = calloc(1, sizeof(*p));
+    p->ctx = zmq_ctx_new();
+    p->router = zmq_socket(p->ctx, ZMQ_ROUTER);
+    p->dealer = zmq_socket(p->ctx, ZMQ_DEALER);
+    int linger = 0, timeout = 2000;
+    zmq_setsockopt(p->router, ZMQ_LINGER, &linger, sizeof(linger));
+    zmq_setsockopt(p->dealer, ZMQ_LINGER, &linger, sizeof(linger));
+    zmq_setsockopt(p->router, ZMQ_RCVTIMEO, &timeout, sizeof(timeout));
+    zmq_setsockopt(p->dealer, ZMQ_RCVTIMEO, &timeout, sizeof(timeout));
+    if (zmq_bind(p->router, "inproc://wire-test") || zmq_connect(p->dealer, "inproc://wire-test"))
+        return -1;
+    *state = p;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    pair_t *p = *state;
+    zmq_close(p->dealer);
+    zmq_close(p->router);
+    zmq_ctx_term(p->ctx);
+    free(p);
+    return 0;
+}
+
+static atomic_int released;
+
+static void count_release(void *data, void *hint)
+{
+    (void)data;
+    (void)hint;
+    atomic_fetch_add(&released, 1);
+}
+
+static void test_round_trip(void **state)
+{
+    pair_t *p = *state;
+    zps_header_t h;
+    zps_header_init(&h, ZPS_MSG_PUSH);
+    h.worker = 3;
+    h.request_id = 0x123456789abcull;
+    h.clock = 77;
+    h.model_version = 76;
+    h.min_clock = 70;
+    h.total = 1000;
+    h.offset = 500;
+    h.batch = 64;
+    h.flags = ZPS_FLAG_RANGE;
+    h.shard_index = 1;
+    h.shard_count = 2;
+    h.staleness = 5;
+    float v[5] = {1.5f, -2.0f, 0.0f, 3.25f, 1e-30f};
+    assert_int_equal(zps_wire_send(p->dealer, NULL, &h, v, 5, NULL, NULL, 0), 0);
+    assert_int_equal(h.length, 5);
+    assert_int_equal(h.checksum, zps_crc32c(0, v, sizeof(v)));
+
+    zps_message_t m;
+    assert_int_equal(zps_wire_recv(p->router, 0, true, &m), 0);
+    assert_true(m.has_peer);
+    assert_true(m.peer.len > 0);
+    assert_int_equal(m.hdr.version, ZPS_PROTOCOL_VERSION);
+    assert_int_equal(m.hdr.type, ZPS_MSG_PUSH);
+    assert_false(m.hdr.reply);
+    assert_int_equal(m.hdr.worker, 3);
+    assert_true(m.hdr.request_id == 0x123456789abcull);
+    assert_int_equal(m.hdr.clock, 77);
+    assert_int_equal(m.hdr.model_version, 76);
+    assert_int_equal(m.hdr.min_clock, 70);
+    assert_int_equal(m.hdr.total, 1000);
+    assert_int_equal(m.hdr.offset, 500);
+    assert_int_equal(m.hdr.length, 5);
+    assert_int_equal(m.hdr.batch, 64);
+    assert_int_equal(m.hdr.flags, ZPS_FLAG_RANGE);
+    assert_int_equal(m.hdr.shard_index, 1);
+    assert_int_equal(m.hdr.shard_count, 2);
+    assert_int_equal(m.hdr.staleness, 5);
+    assert_memory_equal(zps_message_floats(&m), v, sizeof(v));
+
+    /* A reply back to that peer, zero-copy, with an error text and JSON. */
+    zps_header_t r;
+    zps_header_init(&r, ZPS_MSG_PULL);
+    r.reply = true;
+    r.request_id = m.hdr.request_id;
+    static float big[4096];
+    for (int i = 0; i < 4096; i++)
+        big[i] = (float)i * 0.5f;
+    atomic_store(&released, 0);
+    assert_int_equal(zps_wire_send(p->router, &m.peer, &r, big, 4096, count_release, NULL, 0), 0);
+    zps_message_close(&m);
+    zps_message_close(&m); /* twice is harmless */
+
+    zps_message_t back;
+    assert_int_equal(zps_wire_recv(p->dealer, 0, false, &back), 0);
+    assert_false(back.has_peer);
+    assert_true(back.hdr.reply);
+    assert_int_equal(back.hdr.length, 4096);
+    assert_memory_equal(zps_message_floats(&back), big, sizeof(big));
+    zps_message_close(&back);
+    /* Released once, after ZeroMQ was done with it (inproc hands the message over). */
+    assert_int_equal(atomic_load(&released), 1);
+
+    zps_header_t s;
+    zps_header_init(&s, ZPS_MSG_STATS);
+    s.reply = true;
+    s.status = ZPS_ERANGE;
+    snprintf(s.error, sizeof(s.error), "range [0, 3) is not mine");
+    s.json = "{\"a\":1}";
+    assert_int_equal(zps_wire_send(p->dealer, NULL, &s, NULL, 0, NULL, NULL, 0), 0);
+    assert_int_equal(zps_wire_recv(p->router, 0, true, &m), 0);
+    assert_int_equal(m.hdr.status, ZPS_ERANGE);
+    assert_string_equal(m.hdr.error, "range [0, 3) is not mine");
+    assert_string_equal(m.hdr.json, "{\"a\":1}");
+    zps_message_close(&m);
+}
+
+static void test_nothing_ready(void **state)
+{
+    pair_t *p = *state;
+    zps_message_t m;
+    assert_int_equal(zps_wire_recv(p->router, ZMQ_DONTWAIT, true, &m), ZPS_EAGAIN);
+}
+
+/* Sends raw frames from the dealer; `hdr` NULL means `junk` as the header. */
+static void send_raw(pair_t *p, const Zps__Header *hdr, const void *junk, size_t junk_len,
+                     const void *payload, size_t plen, int payload_frames)
+{
+    uint8_t buf[256];
+    const void *head = junk;
+    size_t hlen = junk_len;
+    if (hdr) {
+        hlen = zps__header__pack(hdr, buf);
+        head = buf;
+    }
+    assert_true(zmq_send(p->dealer, head, hlen, payload_frames ? ZMQ_SNDMORE : 0) >= 0);
+    for (int i = 0; i < payload_frames; i++)
+        assert_true(zmq_send(p->dealer, payload, plen, i + 1 < payload_frames ? ZMQ_SNDMORE : 0) >=
+                    0);
+}
+
+static void expect(pair_t *p, int code)
+{
+    zps_message_t m;
+    int rc = zps_wire_recv(p->router, 0, true, &m);
+    if (rc != code)
+        fail_msg("expected %s, got %s", zps_errname(code), zps_errname(rc));
+    assert_true(m.has_peer); /* the caller can still answer */
+    zps_message_close(&m);
+}
+
+static void test_each_fault(void **state)
+{
+    pair_t *p = *state;
+    float v[3] = {1, 2, 3};
+    uint32_t crc = zps_crc32c(0, v, sizeof(v));
+
+    send_raw(p, NULL, "\xff\xff\xff", 3, NULL, 0, 0);
+    expect(p, ZPS_EPROTO);
+
+    Zps__Header h = ZPS__HEADER__INIT;
+    h.version = 2;
+    h.type = ZPS__MSG_TYPE__MSG_PULL;
+    h.request_id = 9;
+    send_raw(p, &h, NULL, 0, NULL, 0, 0);
+    zps_message_t m;
+    assert_int_equal(zps_wire_recv(p->router, 0, true, &m), ZPS_EVERSION);
+    assert_int_equal(m.hdr.request_id, 9); /* what could be decoded is kept */
+    zps_message_close(&m);
+
+    h.version = ZPS_PROTOCOL_VERSION;
+    h.type = 0;
+    send_raw(p, &h, NULL, 0, NULL, 0, 0);
+    expect(p, ZPS_ETYPE);
+    h.type = 99;
+    send_raw(p, &h, NULL, 0, NULL, 0, 0);
+    expect(p, ZPS_ETYPE);
+
+    h.type = ZPS__MSG_TYPE__MSG_PUSH;
+    h.length = 3;
+    h.checksum = crc;
+    send_raw(p, &h, NULL, 0, NULL, 0, 0); /* a push without its payload */
+    expect(p, ZPS_EFRAMES);
+    send_raw(p, &h, NULL, 0, v, sizeof(v), 2); /* one payload frame too many */
+    expect(p, ZPS_EFRAMES);
+    h.length = 4;
+    send_raw(p, &h, NULL, 0, v, sizeof(v), 1);
+    expect(p, ZPS_ELENGTH);
+    h.length = 3;
+    h.checksum = crc ^ 0x80u;
+    send_raw(p, &h, NULL, 0, v, sizeof(v), 1);
+    expect(p, ZPS_ECHECKSUM);
+    h.checksum = crc;
+    send_raw(p, &h, NULL, 0, v, sizeof(v), 1);
+    expect(p, 0);
+
+    h.type = ZPS__MSG_TYPE__MSG_PULL;
+    send_raw(p, &h, NULL, 0, v, sizeof(v), 1); /* a pull request with a payload */
+    expect(p, ZPS_EFRAMES);
+
+    /* After all that the pair still talks. */
+    test_nothing_ready(state);
+}
+
+static void test_helpers(void **state)
+{
+    (void)state;
+    float src[10000], dst[10000];
+    for (int i = 0; i < 10000; i++)
+        src[i] = (float)i / 7.0f;
+    assert_int_equal(zps_wire_copy_crc(dst, src, 10000), zps_crc32c(0, src, sizeof(src)));
+    assert_memory_equal(dst, src, sizeof(src));
+
+    size_t bad = 99;
+    assert_true(zps_all_finite(src, 10000, &bad));
+    assert_int_equal(bad, 99);
+    src[4321] = NAN;
+    assert_false(zps_all_finite(src, 10000, &bad));
+    assert_int_equal(bad, 4321);
+    src[17] = -INFINITY;
+    assert_false(zps_all_finite(src, 10000, &bad));
+    assert_int_equal(bad, 17);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_nothing_ready),
+        cmocka_unit_test(test_each_fault),
+        cmocka_unit_test(test_helpers),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,594 @@
+/*
+ * client.c - libzps; see client.h for the contract.
+ *
+ * Every call is one exchange: build a request per shard, send them all, then
+ * poll the sockets until each shard's reply with the call's request id is in,
+ * resending what is unanswered and discarding replies to earlier requests.
+ *
+ * Gradients are pushed without copying: each shard's slice is handed to
+ * ZeroMQ with a release callback that counts down `inflight`. Before a call
+ * returns it waits for that count to reach zero, so the caller's buffer is
+ * never read after the call. A request that may never leave (its server is
+ * gone) would hold its buffer forever, so a failed call closes that shard's
+ * socket, which makes ZeroMQ drop and release it, and opens a new one.
+ */
+#include "client.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "error.h"
+#include "log.h"
+#include "shard.h"
+#include "timeutil.h"
+#include "wire.h"
+
+#define RETRY_MAX_MS 8000
+
+typedef struct conn {
+    char *endpoint;
+    void *sock;
+    uint64_t version; /* model version of this shard's last pull reply (a push's base) */
+
+    /* The request of the call in progress. */
+    zps_header_t req;
+    const float *payload; /* slice to send, or NULL */
+    size_t count;
+    bool active;    /* takes part in the call in progress */
+    bool pending;   /* no reply yet */
+    uint64_t resend_at_ns;
+    int backoff_ms;
+    zps_message_t reply;
+    bool have_reply;
+} conn_t;
+
+struct zps_client {
+    zps_client_opts_t opts;
+    void *ctx;
+    conn_t *conns;
+    size_t nconns;
+    zmq_pollitem_t *items;
+    uint64_t next_id;
+    uint64_t total; /* N once known */
+
+    pthread_mutex_t mu;
+    pthread_cond_t released;
+    long inflight; /* zero-copy payloads ZeroMQ has not released yet */
+
+    char err[512];
+    int remote_status;
+};
+
+void zps_client_opts_default(zps_client_opts_t *opts)
+{
+    opts->worker = -1;
+    opts->timeout_ms = 30000;
+    opts->retry_ms = 1000;
+}
+
+__attribute__((format(printf, 2, 3))) static void set_error(zps_client_t *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->err, sizeof(c->err), fmt, ap);
+    va_end(ap);
+}
+
+static int open_conn(zps_client_t *c, conn_t *k)
+{
+    k->sock = zmq_socket(c->ctx, ZMQ_DEALER);
+    if (!k->sock)
+        return ZPS_ESOCKET;
+    int linger = 0;
+    zmq_setsockopt(k->sock, ZMQ_LINGER, &linger, sizeof(linger));
+    if (zmq_connect(k->sock, k->endpoint) != 0) {
+        set_error(c, "%s: cannot connect: %s", k->endpoint, zmq_strerror(zmq_errno()));
+        zmq_close(k->sock);
+        k->sock = NULL;
+        return ZPS_EINVAL;
+    }
+    return 0;
+}
+
+int zps_client_new(const char *const *endpoints, size_t count, const zps_client_opts_t *opts,
+                   zps_client_t **out)
+{
+    if (count == 0 || count > 65536)
+        return ZPS_EINVAL;
+    zps_client_t *c = calloc(1, sizeof(*c));
+    if (!c)
+        return ZPS_ENOMEM;
+    if (opts)
+        c->opts = *opts;
+    else
+        zps_client_opts_default(&c->opts);
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->released, NULL);
+    /* Request ids only need to differ between this client's calls; starting
+     * from a time-derived value keeps a restarted process from reusing the
+     * ids of its previous life while old replies may still be in flight. */
+    c->next_id = (zps_now_ns() ^ ((uint64_t)getpid() << 40)) & 0x7fffffffffffffffull;
+    c->ctx = zmq_ctx_new();
+    c->conns = calloc(count, sizeof(conn_t));
+    c->items = calloc(count, sizeof(zmq_pollitem_t));
+    int rc = c->ctx && c->conns && c->items ? 0 : ZPS_ENOMEM;
+    c->nconns = count;
+    for (size_t i = 0; i < count && rc == 0; i++) {
+        c->conns[i].endpoint = strdup(endpoints[i]);
+        rc = c->conns[i].endpoint ? open_conn(c, &c->conns[i]) : ZPS_ENOMEM;
+    }
+    if (rc) {
+        zps_client_free(c);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
+void zps_client_free(zps_client_t *c)
+{
+    if (!c)
+        return;
+    for (size_t i = 0; i < c->nconns; i++) {
+        zps_message_close(&c->conns[i].reply);
+        if (c->conns[i].sock)
+            zmq_close(c->conns[i].sock);
+        free(c->conns[i].endpoint);
+    }
+    if (c->ctx)
+        zmq_ctx_term(c->ctx);
+    pthread_cond_destroy(&c->released);
+    pthread_mutex_destroy(&c->mu);
+    free(c->conns);
+    free(c->items);
+    free(c);
+}
+
+size_t zps_client_server_count(const zps_client_t *c)
+{
+    return c->nconns;
+}
+
+const char *zps_client_last_error(const zps_client_t *c)
+{
+    return c->err;
+}
+
+int zps_client_last_remote_status(const zps_client_t *c)
+{
+    return c->remote_status;
+}
+
+/* ---- zero-copy bookkeeping ---- */
+
+/* ZeroMQ's release callback, run on its I/O thread. */
+static void payload_released(void *data, void *hint)
+{
+    (void)data;
+    zps_client_t *c = hint;
+    pthread_mutex_lock(&c->mu);
+    if (--c->inflight == 0)
+        pthread_cond_broadcast(&c->released);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Waits until ZeroMQ holds no payload of ours, for at most ms (-1: forever). True when none. */
+static bool wait_released(zps_client_t *c, int ms)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    if (ms >= 0) {
+        until.tv_sec += ms / 1000;
+        until.tv_nsec += (long)(ms % 1000) * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+    }
+    pthread_mutex_lock(&c->mu);
+    while (c->inflight > 0) {
+        if (ms < 0)
+            pthread_cond_wait(&c->released, &c->mu);
+        else if (pthread_cond_timedwait(&c->released, &c->mu, &until) == ETIMEDOUT)
+            break;
+    }
+    bool done = c->inflight == 0;
+    pthread_mutex_unlock(&c->mu);
+    return done;
+}
+
+/* Replaces a shard's socket: whatever was queued on the old one is dropped (and released). */
+static void reset_conn(zps_client_t *c, conn_t *k)
+{
+    if (k->sock)
+        zmq_close(k->sock);
+    k->sock = NULL;
+    if (open_conn(c, k) != 0)
+        zps_warn("%s: cannot reconnect: %s", k->endpoint, c->err);
+}
+
+/* ---- the exchange ---- */
+
+static int send_request(zps_client_t *c, conn_t *k)
+{
+    if (!k->sock)
+        return ZPS_ESOCKET;
+    zps_wire_free_fn *ffn = NULL;
+    if (k->payload && k->count > 0) {
+        pthread_mutex_lock(&c->mu);
+        c->inflight++;
+        pthread_mutex_unlock(&c->mu);
+        ffn = payload_released;
+    }
+    /* A DEALER queues while its server is away, so this does not block. */
+    int rc = zps_wire_send(k->sock, NULL, &k->req, k->payload, k->count, ffn, c, 0);
+    if (rc)
+        set_error(c, "%s: send failed: %s", k->endpoint, zmq_strerror(zmq_errno()));
+    return rc;
+}
+
+/* Prepares request headers for every shard; the caller then fills in specifics. */
+static void begin(zps_client_t *c, enum zps_msg_type type)
+{
+    uint64_t id = ++c->next_id;
+    c->err[0] = '\0';
+    c->remote_status = 0;
+    for (size_t i = 0; i < c->nconns; i++) {
+        conn_t *k = &c->conns[i];
+        zps_message_close(&k->reply);
+        k->have_reply = false;
+        k->active = true;
+        k->pending = false;
+        k->payload = NULL;
+        k->count = 0;
+        zps_header_init(&k->req, type);
+        k->req.worker = c->opts.worker;
+        k->req.request_id = id;
+        k->req.shard_index = (uint32_t)i;
+        k->req.shard_count = (uint32_t)c->nconns;
+    }
+}
+
+/* Takes one reply off shard k's socket, if one is there. */
+static int take_reply(zps_client_t *c, conn_t *k)
+{
+    for (;;) {
+        zps_message_t m;
+        /* Pull payloads are checksummed while they are copied out (copy_pulled). */
+        int rc = zps_wire_recv(k->sock, ZMQ_DONTWAIT | ZPS_WIRE_DEFER_CHECKSUM, false, &m);
+        if (rc == ZPS_EAGAIN)
+            return 0;
+        if (rc == ZPS_ESOCKET) {
+            set_error(c, "%s: receive failed: %s", k->endpoint, zmq_strerror(zmq_errno()));
+            return rc;
+        }
+        bool ours = m.hdr.reply && m.hdr.request_id == k->req.request_id;
+        if (!ours || !k->pending) {
+            /* A reply to an earlier request (answered twice after a resend,
+             * or after that call gave up): not ours to use. */
+            zps_message_close(&m);
+            continue;
+        }
+        if (rc) {
+            set_error(c, "%s: bad reply: %s", k->endpoint, zps_strerror(rc));
+            zps_message_close(&m);
+            return rc;
+        }
+        k->reply = m;
+        k->have_reply = true;
+        k->pending = false;
+        if (m.hdr.status != 0) {
+            c->remote_status = m.hdr.status;
+            set_error(c, "%s: %s (%s)", k->endpoint, m.hdr.error[0] ? m.hdr.error :
+                      zps_strerror(m.hdr.status), zps_errname(m.hdr.status));
+            return ZPS_EREMOTE;
+        }
+    }
+}
+
+/*
+ * Sends the prepared requests of the active shards and waits for their
+ * replies. On failure, every shard still
+ * waiting has its socket replaced; either way no payload of the caller's is
+ * held by ZeroMQ on return.
+ */
+static int exchange(zps_client_t *c)
+{
+    int rc = 0;
+    uint64_t now = zps_now_ns();
+    uint64_t deadline = c->opts.timeout_ms < 0 ? UINT64_MAX
+                                               : now + (uint64_t)c->opts.timeout_ms * 1000000ull;
+    size_t waiting = 0;
+    for (size_t i = 0; i < c->nconns && rc == 0; i++) {
+        conn_t *k = &c->conns[i];
+        if (!k->active)
+            continue;
+        k->pending = true;
+        k->backoff_ms = c->opts.retry_ms;
+        k->resend_at_ns = c->opts.retry_ms > 0 ? now + (uint64_t)c->opts.retry_ms * 1000000ull
+                                               : UINT64_MAX;
+        rc = send_request(c, k);
+        waiting++;
+    }
+
+    while (rc == 0 && waiting > 0) {
+        now = zps_now_ns();
+        if (now >= deadline) {
+            rc = ZPS_ETIMEDOUT;
+            for (size_t i = 0; i < c->nconns; i++) {
+                if (c->conns[i].pending) {
+                    set_error(c, "%s: no reply within %d ms", c->conns[i].endpoint,
+                              c->opts.timeout_ms);
+                    break;
+                }
+            }
+            break;
+        }
+        uint64_t wake = deadline;
+        size_t n = 0;
+        for (size_t i = 0; i < c->nconns; i++) {
+            conn_t *k = &c->conns[i];
+            if (!k->pending)
+                continue;
+            if (k->resend_at_ns <= now) {
+                zps_debug("%s: no reply after %d ms, sending request %llu again", k->endpoint,
+                          k->backoff_ms, (unsigned long long)k->req.request_id);
+                if ((rc = send_request(c, k)) != 0)
+                    break;
+                k->backoff_ms = k->backoff_ms * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : k->backoff_ms * 2;
+                k->resend_at_ns = now + (uint64_t)k->backoff_ms * 1000000ull;
+            }
+            if (k->resend_at_ns < wake)
+                wake = k->resend_at_ns;
+            c->items[n].socket = k->sock;
+            c->items[n].fd = 0;
+            c->items[n].events = ZMQ_POLLIN;
+            c->items[n].revents = 0;
+            n++;
+        }
+        if (rc)
+            break;
+        long wait_ms = wake == UINT64_MAX ? -1 : (long)((wake - now + 999999) / 1000000);
+        if (zmq_poll(c->items, (int)n, wait_ms) < 0) {
+            if (zmq_errno() == EINTR)
+                continue;
+            set_error(c, "poll failed: %s", zmq_strerror(zmq_errno()));
+            rc = ZPS_ESOCKET;
+            break;
+        }
+        for (size_t i = 0; i < c->nconns && rc == 0; i++) {
+            conn_t *k = &c->conns[i];
+            if (!k->pending)
+                continue;
+            rc = take_reply(c, k);
+            if (!k->pending)
+                waiting--;
+        }
+    }
+
+    if (rc) {
+        /* Give ZeroMQ a moment to finish what it is sending, then drop what
+         * cannot leave, so the caller's buffer is free. */
+        if (!wait_released(c, 50)) {
+            for (size_t i = 0; i < c->nconns; i++)
+                if (c->conns[i].pending)
+                    reset_conn(c, &c->conns[i]);
+        }
+        for (size_t i = 0; i < c->nconns; i++)
+            c->conns[i].pending = false;
+    }
+    /* Normally immediate: a reply means the server had the whole payload. */
+    while (!wait_released(c, 5000))
+        zps_warn("still waiting for ZeroMQ to release a pushed buffer");
+    return rc;
+}
+
+/* Splits a full vector of n elements by shard into the prepared requests. */
+static void attach_slices(zps_client_t *c, const float *v, uint64_t n)
+{
+    for (size_t i = 0; i < c->nconns; i++) {
+        conn_t *k = &c->conns[i];
+        zps_range_t r;
+        zps_shard_range(n, (uint32_t)i, (uint32_t)c->nconns, &r);
+        k->req.total = n;
+        k->req.offset = r.lo;
+        k->req.length = zps_range_len(r);
+        k->payload = v ? v + r.lo : NULL;
+        k->count = (size_t)zps_range_len(r);
+    }
+}
+
+static void collect_info(zps_client_t *c, zps_reply_info_t *info)
+{
+    if (!info)
+        return;
+    memset(info, 0, sizeof(*info));
+    info->min_version = UINT64_MAX;
+    info->min_clock = UINT64_MAX;
+    for (size_t i = 0; i < c->nconns; i++) {
+        const zps_header_t *h = &c->conns[i].reply.hdr;
+        if (h->model_version < info->min_version)
+            info->min_version = h->model_version;
+        if (h->model_version > info->max_version)
+            info->max_version = h->model_version;
+        if (h->min_clock < info->min_clock)
+            info->min_clock = h->min_clock;
+        if (h->staleness > info->staleness)
+            info->staleness = h->staleness;
+        info->flags |= h->flags;
+    }
+}
+
+int zps_client_init(zps_client_t *c, const float *values, uint64_t n)
+{
+    if (n == 0 || !values)
+        return ZPS_EINVAL;
+    begin(c, ZPS_MSG_INIT);
+    attach_slices(c, values, n);
+    int rc = exchange(c);
+    if (rc == 0)
+        c->total = n;
+    return rc;
+}
+
+/* Checks the pull replies against the range rule; sets *total. */
+static int check_pull_replies(zps_client_t *c, uint64_t *total)
+{
+    uint64_t n = c->conns[0].reply.hdr.total;
+    for (size_t i = 0; i < c->nconns; i++) {
+        conn_t *k = &c->conns[i];
+        const zps_header_t *h = &k->reply.hdr;
+        if (h->total != n) {
+            set_error(c, "%s: reports a %llu-element model, %s reports %llu", k->endpoint,
+                      (unsigned long long)h->total, c->conns[0].endpoint, (unsigned long long)n);
+            return ZPS_ESIZE;
+        }
+        zps_range_t r;
+        zps_shard_range(n, (uint32_t)i, (uint32_t)c->nconns, &r);
+        if (h->offset != r.lo || h->length != zps_range_len(r)) {
+            set_error(c,
+                      "%s: holds [%llu, %llu), but as shard %zu of %zu it should hold "
+                      "[%llu, %llu)",
+                      k->endpoint, (unsigned long long)h->offset,
+                      (unsigned long long)(h->offset + h->length), i, c->nconns,
+                      (unsigned long long)r.lo, (unsigned long long)r.hi);
+            return ZPS_ERANGE;
+        }
+    }
+    *total = n;
+    return 0;
+}
+
+static int copy_pulled(zps_client_t *c, float *out)
+{
+    int rc = 0;
+    for (size_t i = 0; i < c->nconns; i++) {
+        conn_t *k = &c->conns[i];
+        const zps_header_t *h = &k->reply.hdr;
+        if (rc == 0 && zps_message_copy_verified(&k->reply, out + h->offset) != 0) {
+            set_error(c, "%s: the pulled parameters fail their checksum", k->endpoint);
+            rc = ZPS_ECHECKSUM;
+        }
+        k->version = h->model_version;
+        zps_message_close(&k->reply);
+    }
+    return rc;
+}
+
+int zps_client_pull(zps_client_t *c, uint64_t clock, float *out, uint64_t n,
+                    zps_reply_info_t *info)
+{
+    if (n == 0 || !out)
+        return ZPS_EINVAL;
+    begin(c, ZPS_MSG_PULL);
+    attach_slices(c, NULL, n);
+    for (size_t i = 0; i < c->nconns; i++) {
+        c->conns[i].req.clock = clock;
+        c->conns[i].req.flags |= ZPS_FLAG_RANGE;
+    }
+    int rc = exchange(c);
+    uint64_t total = 0;
+    if (rc == 0)
+        rc = check_pull_replies(c, &total);
+    if (rc == 0 && total != n) {
+        set_error(c, "the servers hold a %llu-element model, not %llu", (unsigned long long)total,
+                  (unsigned long long)n);
+        rc = ZPS_ESIZE;
+    }
+    if (rc)
+        return rc;
+    collect_info(c, info);
+    rc = copy_pulled(c, out);
+    if (rc == 0)
+        c->total = n;
+    return rc;
+}
+
+int zps_client_pull_alloc(zps_client_t *c, uint64_t clock, float **out, uint64_t *n,
+                          zps_reply_info_t *info)
+{
+    begin(c, ZPS_MSG_PULL);
+    for (size_t i = 0; i < c->nconns; i++)
+        c->conns[i].req.clock = clock;
+    int rc = exchange(c);
+    uint64_t total = 0;
+    if (rc == 0)
+        rc = check_pull_replies(c, &total);
+    if (rc)
+        return rc;
+    float *v = malloc(total * sizeof(float));
+    if (!v)
+        return ZPS_ENOMEM;
+    collect_info(c, info);
+    rc = copy_pulled(c, v);
+    if (rc) {
+        free(v);
+        return rc;
+    }
+    c->total = total;
+    *out = v;
+    *n = total;
+    return 0;
+}
+
+int zps_client_push(zps_client_t *c, uint64_t clock, const float *grad, uint64_t n,
+                    uint32_t batch, zps_reply_info_t *info)
+{
+    if (n == 0 || !grad)
+        return ZPS_EINVAL;
+    begin(c, ZPS_MSG_PUSH);
+    attach_slices(c, grad, n);
+    for (size_t i = 0; i < c->nconns; i++) {
+        conn_t *k = &c->conns[i];
+        k->req.clock = clock;
+        k->req.batch = batch;
+        k->req.model_version = k->version;
+    }
+    int rc = exchange(c);
+    if (rc == 0)
+        collect_info(c, info);
+    for (size_t i = 0; i < c->nconns; i++)
+        zps_message_close(&c->conns[i].reply);
+    return rc;
+}
+
+/* Runs a payload-less request on every shard, for acknowledgement only. */
+static int simple_call(zps_client_t *c, enum zps_msg_type type)
+{
+    begin(c, type);
+    int rc = exchange(c);
+    for (size_t i = 0; i < c->nconns; i++)
+        zps_message_close(&c->conns[i].reply);
+    return rc;
+}
+
+int zps_client_heartbeat(zps_client_t *c)
+{
+    return simple_call(c, ZPS_MSG_HEARTBEAT);
+}
+
+int zps_client_stats(zps_client_t *c, size_t index, char **json)
+{
+    if (index >= c->nconns)
+        return ZPS_EINVAL;
+    /* One shard only: ask it alone, so a dead neighbour cannot time this out. */
+    begin(c, ZPS_MSG_STATS);
+    for (size_t i = 0; i < c->nconns; i++)
+        c->conns[i].active = i == index;
+    conn_t *k = &c->conns[index];
+    int rc = exchange(c);
+    if (rc == 0) {
+        *json = strdup(k->reply.json ? k->reply.json : "{}");
+        if (!*json)
+            rc = ZPS_ENOMEM;
+    }
+    zps_message_close(&k->reply);
+    return rc;
+}

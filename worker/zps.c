@@ -1,0 +1,338 @@
+/*
+ * zps.c - the operator's tool: talk to zps servers by hand, like redis-cli.
+ *
+ *   zps init  --servers E1[,E2...] (--values V1[,V2...] | --file F)
+ *   zps push  --servers ... --worker R --clock T --batch N --values G1[,G2...]
+ *   zps pull  --servers ... [--worker R] [--clock T] [--timeout-ms MS] [--verbose]
+ *   zps stats --servers ...
+ *
+ * Exit status: 0 success, 1 a server refused (its reason on stderr) or could
+ * not be reached, 2 bad usage, 3 a pull that timed out.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client.h"
+#include "error.h"
+#include "log.h"
+#include "parse.h"
+#include "wire.h"
+
+#define EXIT_REFUSED 1
+#define EXIT_USAGE 2
+#define EXIT_TIMEOUT 3
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: zps COMMAND --servers E1[,E2...] [options]\n"
+            "\n"
+            "Commands:\n"
+            "  init    set the initial model: --values V1,V2,... or --file F (raw\n"
+            "          little-endian float32)\n"
+            "  push    push a gradient: --worker R --clock T --batch N --values G1,G2,...\n"
+            "  pull    print the parameters for a clock, one per line, each the shortest\n"
+            "          decimal that reads back as the same float32: [--worker R] [--clock T]\n"
+            "          (without --worker: an observer's view, answered at once)\n"
+            "  stats   print each server's statistics as one JSON line\n"
+            "\n"
+            "Options:\n"
+            "  --servers LIST     server endpoints in shard order, comma-separated\n"
+            "  --timeout-ms MS    give up after MS milliseconds (default 60000; -1: never)\n"
+            "  --retry-ms MS      resend an unanswered request after MS ms (default 1000)\n"
+            "  --verbose          pull: print model versions and min_clock on stderr\n"
+            "  --help             this text\n"
+            "\n"
+            "Exit status: 0 success, 1 refused by a server or unreachable, 2 bad usage,\n"
+            "3 a pull that timed out.\n");
+}
+
+typedef struct args {
+    const char *servers;
+    const char *values;
+    const char *file;
+    long worker;
+    bool have_worker;
+    uint64_t clock;
+    bool have_clock;
+    long batch;
+    bool have_batch;
+    long timeout_ms;
+    long retry_ms;
+    bool verbose;
+} args_t;
+
+__attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "zps: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\nTry 'zps --help'.\n");
+    va_end(ap);
+    return EXIT_USAGE;
+}
+
+static int parse_args(int argc, char **argv, args_t *a)
+{
+    enum { O_SERVERS = 256, O_VALUES, O_FILE, O_WORKER, O_CLOCK, O_BATCH, O_TIMEOUT, O_RETRY,
+           O_VERBOSE, O_HELP };
+    static const struct option opts[] = {
+        {"servers", required_argument, NULL, O_SERVERS},
+        {"values", required_argument, NULL, O_VALUES},
+        {"file", required_argument, NULL, O_FILE},
+        {"worker", required_argument, NULL, O_WORKER},
+        {"clock", required_argument, NULL, O_CLOCK},
+        {"batch", required_argument, NULL, O_BATCH},
+        {"timeout-ms", required_argument, NULL, O_TIMEOUT},
+        {"retry-ms", required_argument, NULL, O_RETRY},
+        {"verbose", no_argument, NULL, O_VERBOSE},
+        {"help", no_argument, NULL, O_HELP},
+        {NULL, 0, NULL, 0},
+    };
+    memset(a, 0, sizeof(*a));
+    a->worker = -1;
+    a->timeout_ms = 60000;
+    a->retry_ms = 1000;
+    int c;
+    optind = 2; /* after the command */
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case O_SERVERS:
+            a->servers = optarg;
+            break;
+        case O_VALUES:
+            a->values = optarg;
+            break;
+        case O_FILE:
+            a->file = optarg;
+            break;
+        case O_WORKER:
+            if (zps_parse_long(optarg, -1, 65535, &a->worker))
+                return usage_error("invalid --worker '%s': expected an integer in [-1, 65535]",
+                                   optarg);
+            a->have_worker = true;
+            break;
+        case O_CLOCK:
+            if (zps_parse_u64(optarg, &a->clock))
+                return usage_error("invalid --clock '%s': expected a non-negative integer",
+                                   optarg);
+            a->have_clock = true;
+            break;
+        case O_BATCH:
+            if (zps_parse_long(optarg, 0, 0x7fffffff, &a->batch))
+                return usage_error("invalid --batch '%s': expected a non-negative integer",
+                                   optarg);
+            a->have_batch = true;
+            break;
+        case O_TIMEOUT:
+            if (zps_parse_long(optarg, -1, 0x7fffffff, &a->timeout_ms))
+                return usage_error("invalid --timeout-ms '%s'", optarg);
+            break;
+        case O_RETRY:
+            if (zps_parse_long(optarg, 0, 0x7fffffff, &a->retry_ms))
+                return usage_error("invalid --retry-ms '%s'", optarg);
+            break;
+        case O_VERBOSE:
+            a->verbose = true;
+            break;
+        case O_HELP:
+            usage(stdout);
+            exit(0);
+        default:
+            fprintf(stderr, "Try 'zps --help'.\n");
+            return EXIT_USAGE;
+        }
+    }
+    if (optind < argc)
+        return usage_error("unexpected argument '%s'", argv[optind]);
+    if (!a->servers)
+        return usage_error("--servers is required");
+    return 0;
+}
+
+/* Reads a raw little-endian float32 file. */
+static int read_floats(const char *path, float **out, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "zps: cannot open %s: %s\n", path, strerror(errno));
+        return EXIT_USAGE;
+    }
+    size_t cap = 1024, len = 0;
+    float *v = malloc(cap * sizeof(float));
+    size_t got;
+    while (v && (got = fread(v + len, sizeof(float), cap - len, f)) > 0) {
+        len += got;
+        if (len == cap) {
+            float *w = realloc(v, 2 * cap * sizeof(float));
+            if (!w) {
+                free(v);
+                v = NULL;
+            }
+            v = w;
+            cap *= 2;
+        }
+    }
+    long pos = ftell(f);
+    bool err = ferror(f);
+    fclose(f);
+    if (!v || err || pos < 0 || (size_t)pos != len * sizeof(float) || len == 0) {
+        fprintf(stderr, "zps: %s: %s\n", path,
+                !v ? "out of memory"
+                   : err ? "read error"
+                         : len == 0 ? "empty file"
+                                    : "size is not a multiple of 4 bytes (float32)");
+        free(v);
+        return EXIT_USAGE;
+    }
+    *out = v;
+    *n = len;
+    return 0;
+}
+
+static int get_values(const args_t *a, float **v, size_t *n)
+{
+    if (!!a->values == !!a->file)
+        return usage_error("give exactly one of --values and --file");
+    if (a->file)
+        return read_floats(a->file, v, n);
+    if (zps_parse_float_list(a->values, v, n))
+        return usage_error("invalid --values '%s': expected finite numbers separated by commas",
+                           a->values);
+    return 0;
+}
+
+/* Maps a failed call to the exit status, saying why on stderr. */
+static int fail(zps_client_t *c, int rc)
+{
+    const char *text = zps_client_last_error(c);
+    fprintf(stderr, "zps: %s\n", text && *text ? text : zps_strerror(rc));
+    return rc == ZPS_ETIMEDOUT ? EXIT_TIMEOUT : EXIT_REFUSED;
+}
+
+static int cmd_init(zps_client_t *c, const args_t *a)
+{
+    float *v;
+    size_t n;
+    int ex = get_values(a, &v, &n);
+    if (ex)
+        return ex;
+    int rc = zps_client_init(c, v, n);
+    free(v);
+    return rc ? fail(c, rc) : 0;
+}
+
+static int cmd_push(zps_client_t *c, const args_t *a)
+{
+    if (!a->have_worker || a->worker < 0)
+        return usage_error("push needs --worker R (R >= 0)");
+    if (!a->have_clock)
+        return usage_error("push needs --clock T");
+    if (!a->have_batch)
+        return usage_error("push needs --batch N");
+    float *v;
+    size_t n;
+    int ex = get_values(a, &v, &n);
+    if (ex)
+        return ex;
+    zps_reply_info_t info;
+    int rc = zps_client_push(c, a->clock, v, n, (uint32_t)a->batch, &info);
+    free(v);
+    if (rc)
+        return fail(c, rc);
+    if (a->verbose)
+        fprintf(stderr, "version %llu..%llu min_clock %llu%s%s%s\n",
+                (unsigned long long)info.min_version, (unsigned long long)info.max_version,
+                (unsigned long long)info.min_clock,
+                info.flags & ZPS_FLAG_RETRY ? " retry (not applied again)" : "",
+                info.flags & ZPS_FLAG_DROPPED ? " dropped (too late)" : "",
+                info.flags & ZPS_FLAG_BUFFERED ? " buffered" : "");
+    return 0;
+}
+
+static int cmd_pull(zps_client_t *c, const args_t *a)
+{
+    float *v;
+    uint64_t n;
+    zps_reply_info_t info;
+    int rc = zps_client_pull_alloc(c, a->clock, &v, &n, &info);
+    if (rc)
+        return fail(c, rc);
+    char buf[48];
+    for (uint64_t i = 0; i < n; i++)
+        printf("%s\n", zps_format_float(v[i], buf, sizeof(buf)));
+    free(v);
+    if (a->verbose)
+        fprintf(stderr, "version %llu..%llu min_clock %llu\n",
+                (unsigned long long)info.min_version, (unsigned long long)info.max_version,
+                (unsigned long long)info.min_clock);
+    return fflush(stdout) == 0 ? 0 : EXIT_REFUSED;
+}
+
+static int cmd_stats(zps_client_t *c, const args_t *a)
+{
+    (void)a;
+    int status = 0;
+    for (size_t i = 0; i < zps_client_server_count(c); i++) {
+        char *json;
+        int rc = zps_client_stats(c, i, &json);
+        if (rc) {
+            status = fail(c, rc);
+            continue;
+        }
+        printf("%s\n", json);
+        free(json);
+    }
+    return status;
+}
+
+int main(int argc, char **argv)
+{
+    zps_log_set_tag("zps");
+    zps_log_set_level(ZPS_LOG_WARN);
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? EXIT_USAGE : 0;
+    }
+    static const struct {
+        const char *name;
+        int (*fn)(zps_client_t *, const args_t *);
+    } cmds[] = {{"init", cmd_init}, {"push", cmd_push}, {"pull", cmd_pull}, {"stats", cmd_stats}};
+    int (*fn)(zps_client_t *, const args_t *) = NULL;
+    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
+        if (strcmp(argv[1], cmds[i].name) == 0)
+            fn = cmds[i].fn;
+    if (!fn)
+        return usage_error("unknown command '%s'", argv[1]);
+
+    args_t a;
+    int ex = parse_args(argc, argv, &a);
+    if (ex)
+        return ex;
+    char **servers;
+    size_t nservers;
+    if (zps_parse_list(a.servers, &servers, &nservers))
+        return usage_error("invalid --servers '%s': expected E1[,E2...]", a.servers);
+
+    zps_client_opts_t opts;
+    zps_client_opts_default(&opts);
+    opts.worker = (int)a.worker;
+    opts.timeout_ms = (int)a.timeout_ms;
+    opts.retry_ms = (int)a.retry_ms;
+    zps_client_t *c;
+    int rc = zps_client_new((const char *const *)servers, nservers, &opts, &c);
+    if (rc) {
+        fprintf(stderr, "zps: cannot use --servers '%s': %s\n", a.servers, zps_strerror(rc));
+        free(servers);
+        return EXIT_USAGE;
+    }
+    ex = fn(c, &a);
+    zps_client_free(c);
+    free(servers);
+    return ex;
+}
