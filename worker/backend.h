@@ -1,0 +1,130 @@
+/*
+ * backend.h - the one interface through which the trainer computes: a loss
+ * and the mean gradient of a batch, and the loss and accuracy of a data set,
+ * for a model laid out as in model.h.
+ *
+ * A backend owns two host buffers of nparams floats each: the parameters it
+ * computes with and the gradient it writes. The trainer pulls parameters
+ * straight into the first and pushes the second, so there is no extra copy
+ * (the cuda backend allocates both pinned, for fast transfers).
+ *
+ * Backends are a table of function pointers (zps_backend_ops_t) plus a
+ * context. backend.c is the registry: the only place that knows which
+ * backends exist and the only place with #ifdef ZPS_CUDA. The cpu backend
+ * (OpenBLAS) is the reference every other backend is tested against.
+ *
+ * Threading: a backend is used by one thread at a time. Every call blocks
+ * until its results are in host memory.
+ */
+#ifndef ZPS_BACKEND_H
+#define ZPS_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "data.h"
+#include "model.h"
+
+/* A batch in host memory; the backend only reads it. */
+typedef struct zps_batch {
+    size_t n;             /* examples, 1..max_batch */
+    const float *x;       /* [n, sizes[0]] */
+    const int32_t *label; /* [n], classes in [0, sizes[L]) (MLP) */
+    const float *target;  /* [n] (linear) */
+} zps_batch_t;
+
+/* What one forward+backward pass measured. */
+typedef struct zps_step_stats {
+    double loss;        /* mean loss over the batch */
+    double forward_ms;  /* forward pass and loss */
+    double backward_ms; /* backward pass down to the gradient in host memory */
+    double copy_ms;     /* host<->device copies (0 on cpu) */
+} zps_step_stats_t;
+
+/* Result of an evaluation. */
+typedef struct zps_eval {
+    double loss;     /* mean loss over the set */
+    double accuracy; /* fraction of argmax == label; NaN for regression */
+    uint64_t n;      /* examples evaluated */
+} zps_eval_t;
+
+typedef struct zps_backend_opts {
+    size_t max_batch; /* largest batch train_step and evaluate will see at once */
+    int blas_threads; /* cpu: OpenBLAS threads (process-wide), >= 1 */
+    int device;       /* cuda: device index */
+} zps_backend_opts_t;
+
+/* max_batch 256, blas_threads 1, device 0. */
+void zps_backend_opts_default(zps_backend_opts_t *o);
+
+typedef struct zps_backend zps_backend_t;
+
+/*
+ * Creates backend `name` ("cpu", "cuda" or "auto") for model `m` (copied).
+ * "auto" takes cuda when a device works and otherwise cpu, and logs which
+ * and why. Returns 0; ZPS_ENODEV when the named backend cannot run here
+ * (cuda without a device or not compiled in); ZPS_EINVAL for an unknown name
+ * or bad options; ZPS_ENOMEM. A one-line reason goes to err[err_size] (may
+ * be NULL). *out is written only on success. The new backend's parameter
+ * and gradient buffers are zeroed.
+ */
+int zps_backend_new(const char *name, const zps_model_t *m, const zps_backend_opts_t *o,
+                    zps_backend_t **out, char *err, size_t err_size);
+void zps_backend_free(zps_backend_t *be); /* NULL is a no-op */
+
+/* "cpu" or "cuda". */
+const char *zps_backend_name(const zps_backend_t *be);
+/* A one-line description for logs ("cpu: OpenBLAS 0.3.21, 1 thread"). */
+const char *zps_backend_describe(const zps_backend_t *be);
+const zps_model_t *zps_backend_model(const zps_backend_t *be);
+size_t zps_backend_max_batch(const zps_backend_t *be);
+
+/*
+ * The parameter buffer [nparams]: write the parameters here (a pull, an
+ * optimizer step) before train_step or evaluate. Owned by the backend,
+ * valid until zps_backend_free.
+ */
+float *zps_backend_params(zps_backend_t *be);
+
+/* The gradient buffer [nparams], written by train_step. Owned by the backend. */
+float *zps_backend_grad(zps_backend_t *be);
+
+/*
+ * Forward and backward pass on `b` with the current parameters: writes the
+ * MEAN gradient over the batch into the gradient buffer and the stats into
+ * *st. Returns 0, ZPS_EBATCH (n is 0 or above max_batch), ZPS_EINVAL (a
+ * missing label/target array or a label out of range) or ZPS_ENODEV (a
+ * device failure, logged); the gradient is unspecified after a failure.
+ */
+int zps_backend_train_step(zps_backend_t *be, const zps_batch_t *b, zps_step_stats_t *st);
+
+/*
+ * Mean loss and accuracy of the current parameters over all of `ds`, in
+ * chunks of max_batch. Returns 0, ZPS_EINVAL (the set does not fit the
+ * model) or ZPS_ENODEV.
+ */
+int zps_backend_evaluate(zps_backend_t *be, const zps_dataset_t *ds, zps_eval_t *out);
+
+/* ---- for backend implementations ---- */
+
+typedef struct zps_backend_ops {
+    const char *name;
+    /*
+     * Allocates the context and the two host buffers (zeroed). Returns 0,
+     * ZPS_ENODEV (cannot run here), ZPS_ENOMEM, with a reason in err.
+     */
+    int (*create)(const zps_model_t *m, const zps_backend_opts_t *o, void **ctx, float **params,
+                  float **grad, char *err, size_t err_size);
+    void (*destroy)(void *ctx);
+    /* Batch already validated by the registry. */
+    int (*train_step)(void *ctx, const zps_batch_t *b, zps_step_stats_t *st);
+    /* Data set already checked against the model. */
+    int (*evaluate)(void *ctx, const zps_dataset_t *ds, zps_eval_t *out);
+    const char *(*describe)(void *ctx);
+} zps_backend_ops_t;
+
+/* Defined by worker/cpu/backend_cpu.c and, when built, worker/cuda/backend_cuda.cu. */
+extern const zps_backend_ops_t zps_backend_cpu_ops;
+extern const zps_backend_ops_t zps_backend_cuda_ops;
+
+#endif

@@ -1,0 +1,528 @@
+/*
+ * data.c - IDX files, synthetic sets and the data-order rule; see data.h.
+ */
+#include "data.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "error.h"
+#include "parse.h"
+#include "rng.h"
+
+/* Stream tags keep the generators of different purposes apart for one seed. */
+#define ORDER_STREAM 0x4f52444552000000ull /* "ORDER", plus the epoch */
+#define SYNTH_W_STREAM 0x53594e5448570000ull
+#define SYNTH_TRAIN_STREAM 0x53594e5448540000ull
+#define SYNTH_TEST_STREAM 0x53594e5448450000ull
+
+/* The largest IDX tensor we accept: 16 GiB of bytes is far beyond any set we use. */
+#define IDX_MAX_BYTES (1ull << 34)
+
+static void set_err(char *err, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void set_err(char *err, size_t size, const char *fmt, ...)
+{
+    if (!err || size == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, size, fmt, ap);
+    va_end(ap);
+}
+
+void zps_dataset_fini(zps_dataset_t *ds)
+{
+    if (!ds)
+        return;
+    free(ds->x);
+    free(ds->label);
+    free(ds->target);
+    free(ds->true_w);
+    memset(ds, 0, sizeof(*ds));
+}
+
+/* ---- IDX ---- */
+
+/*
+ * Reads exactly `len` bytes. gzread takes an unsigned int count, so large
+ * tensors are read in chunks. *got says how many bytes arrived; the return
+ * value is 0, or the zlib error kind when the stream failed (-1 for an I/O
+ * error, -2 for a data error) and 0 with *got < len at a plain end of file.
+ */
+static int gz_read_all(gzFile f, void *buf, size_t len, size_t *got)
+{
+    unsigned char *p = buf;
+    *got = 0;
+    while (*got < len) {
+        size_t want = len - *got;
+        if (want > (1u << 30))
+            want = 1u << 30;
+        int n = gzread(f, p + *got, (unsigned)want);
+        if (n < 0) {
+            int errnum;
+            gzerror(f, &errnum);
+            return errnum == Z_ERRNO ? -1 : -2;
+        }
+        if (n == 0)
+            return 0;
+        *got += (size_t)n;
+    }
+    return 0;
+}
+
+/* A short description of why the stream stopped, for messages. */
+static const char *gz_why(gzFile f)
+{
+    int errnum;
+    const char *msg = gzerror(f, &errnum);
+    if (errnum == Z_ERRNO)
+        return strerror(errno);
+    if (errnum == Z_OK || !msg || !*msg)
+        return "unexpected end of file";
+    return msg;
+}
+
+int zps_idx_read(const char *path, zps_idx_t *out, char *err, size_t err_size)
+{
+    int rc;
+    uint8_t *data = NULL;
+    errno = 0;
+    gzFile f = gzopen(path, "rb");
+    if (!f) {
+        set_err(err, err_size, "%s: cannot open: %s", path,
+                errno ? strerror(errno) : "out of memory");
+        return errno ? ZPS_EIO : ZPS_ENOMEM;
+    }
+
+    unsigned char head[4];
+    size_t got;
+    rc = gz_read_all(f, head, 4, &got);
+    if (rc == -1) {
+        set_err(err, err_size, "%s: read error: %s", path, gz_why(f));
+        rc = ZPS_EIO;
+        goto fail;
+    }
+    if (rc != 0 || got < 4) {
+        set_err(err, err_size, "%s: truncated or not gzip: %zu of 4 header bytes (%s)", path, got,
+                gz_why(f));
+        rc = ZPS_ECORRUPT;
+        goto fail;
+    }
+    if (head[0] != 0 || head[1] != 0) {
+        set_err(err, err_size,
+                "%s: bad magic %02x %02x %02x %02x: not an IDX file (expected 00 00 08 <ndims>)",
+                path, head[0], head[1], head[2], head[3]);
+        rc = ZPS_EDATA;
+        goto fail;
+    }
+    if (head[2] != 0x08) {
+        set_err(err, err_size, "%s: IDX type 0x%02x is not supported (only unsigned bytes, 0x08)",
+                path, head[2]);
+        rc = ZPS_EDATA;
+        goto fail;
+    }
+    uint32_t ndims = head[3];
+    if (ndims < 1 || ndims > 4) {
+        set_err(err, err_size, "%s: IDX rank %u is not supported (1 to 4)", path, ndims);
+        rc = ZPS_EDATA;
+        goto fail;
+    }
+
+    unsigned char dimbuf[16];
+    rc = gz_read_all(f, dimbuf, 4 * ndims, &got);
+    if (rc != 0 || got < 4 * ndims) {
+        set_err(err, err_size, "%s: truncated header: %zu of %u dimension bytes (%s)", path, got,
+                4 * ndims, gz_why(f));
+        rc = rc == -1 ? ZPS_EIO : ZPS_ECORRUPT;
+        goto fail;
+    }
+    zps_idx_t idx = {.ndims = ndims};
+    uint64_t count = 1;
+    for (uint32_t i = 0; i < ndims; i++) {
+        const unsigned char *d = dimbuf + 4 * i;
+        idx.dims[i] = (uint32_t)d[0] << 24 | (uint32_t)d[1] << 16 | (uint32_t)d[2] << 8 | d[3];
+        if (idx.dims[i] == 0) {
+            set_err(err, err_size, "%s: dimension %u is zero", path, i);
+            rc = ZPS_EDATA;
+            goto fail;
+        }
+        count *= idx.dims[i];
+        if (count > IDX_MAX_BYTES) {
+            set_err(err, err_size, "%s: dimensions too large (more than %llu elements)", path,
+                    (unsigned long long)IDX_MAX_BYTES);
+            rc = ZPS_EDATA;
+            goto fail;
+        }
+    }
+
+    data = malloc(count);
+    if (!data) {
+        set_err(err, err_size, "%s: out of memory for %llu bytes", path, (unsigned long long)count);
+        rc = ZPS_ENOMEM;
+        goto fail;
+    }
+    rc = gz_read_all(f, data, count, &got);
+    if (rc == -1) {
+        set_err(err, err_size, "%s: read error: %s", path, gz_why(f));
+        rc = ZPS_EIO;
+        goto fail;
+    }
+    if (rc != 0 || got < count) {
+        set_err(err, err_size, "%s: truncated: expected %llu data bytes, got %zu (%s)", path,
+                (unsigned long long)count, got, gz_why(f));
+        rc = ZPS_ECORRUPT;
+        goto fail;
+    }
+    /* Reading past the data makes zlib check the gzip trailer (CRC and
+     * length) and tells us whether anything follows the tensor. */
+    unsigned char extra;
+    rc = gz_read_all(f, &extra, 1, &got);
+    if (rc != 0) {
+        set_err(err, err_size, "%s: corrupt gzip stream after the data: %s", path, gz_why(f));
+        rc = rc == -1 ? ZPS_EIO : ZPS_ECORRUPT;
+        goto fail;
+    }
+    if (got != 0) {
+        set_err(err, err_size, "%s: trailing bytes after %llu data bytes (dimensions wrong?)", path,
+                (unsigned long long)count);
+        rc = ZPS_EDATA;
+        goto fail;
+    }
+    gzclose(f);
+    idx.data = data;
+    idx.count = count;
+    *out = idx;
+    return 0;
+
+fail:
+    free(data);
+    gzclose(f);
+    return rc;
+}
+
+int zps_dataset_load_idx(const char *images_path, const char *labels_path, uint32_t classes,
+                         zps_dataset_t *out, char *err, size_t err_size)
+{
+    zps_idx_t img = {0}, lab = {0};
+    zps_dataset_t ds = {0};
+    int rc = zps_idx_read(images_path, &img, err, err_size);
+    if (rc)
+        return rc;
+    rc = zps_idx_read(labels_path, &lab, err, err_size);
+    if (rc)
+        goto fail;
+    if (img.ndims != 3) {
+        set_err(err, err_size, "%s: images must have 3 dimensions [N, rows, cols], found %u",
+                images_path, img.ndims);
+        rc = ZPS_EDATA;
+        goto fail;
+    }
+    if (lab.ndims != 1) {
+        set_err(err, err_size, "%s: labels must have 1 dimension [N], found %u", labels_path,
+                lab.ndims);
+        rc = ZPS_EDATA;
+        goto fail;
+    }
+    if (img.dims[0] != lab.dims[0]) {
+        set_err(err, err_size, "%s has %u labels but %s has %u images", labels_path, lab.dims[0],
+                images_path, img.dims[0]);
+        rc = ZPS_EDATA;
+        goto fail;
+    }
+    for (uint32_t i = 0; i < lab.dims[0]; i++) {
+        if (lab.data[i] >= classes) {
+            set_err(err, err_size, "%s: label %u of example %u is out of range [0, %u)",
+                    labels_path, lab.data[i], i, classes);
+            rc = ZPS_EDATA;
+            goto fail;
+        }
+    }
+
+    ds.n = img.dims[0];
+    ds.dim = img.dims[1] * img.dims[2];
+    ds.classes = classes;
+    ds.x = malloc(img.count * sizeof(float));
+    ds.label = malloc(ds.n * sizeof(int32_t));
+    if (!ds.x || !ds.label) {
+        set_err(err, err_size, "%s: out of memory", images_path);
+        rc = ZPS_ENOMEM;
+        goto fail;
+    }
+    for (size_t i = 0; i < img.count; i++)
+        ds.x[i] = (float)img.data[i] / 255.0f;
+    for (uint64_t i = 0; i < ds.n; i++)
+        ds.label[i] = lab.data[i];
+    free(img.data);
+    free(lab.data);
+    *out = ds;
+    return 0;
+
+fail:
+    zps_dataset_fini(&ds);
+    free(img.data);
+    free(lab.data);
+    return rc;
+}
+
+int zps_dataset_load_fashion_mnist(const char *dir, const char *split, zps_dataset_t *out,
+                                   char *err, size_t err_size)
+{
+    if (strcmp(split, "train") != 0 && strcmp(split, "t10k") != 0) {
+        set_err(err, err_size, "unknown Fashion-MNIST split '%s' (train or t10k)", split);
+        return ZPS_EINVAL;
+    }
+    char images[PATH_MAX], labels[PATH_MAX];
+    int a = snprintf(images, sizeof(images), "%s/%s-images-idx3-ubyte.gz", dir, split);
+    int b = snprintf(labels, sizeof(labels), "%s/%s-labels-idx1-ubyte.gz", dir, split);
+    if (a < 0 || b < 0 || (size_t)a >= sizeof(images) || (size_t)b >= sizeof(labels)) {
+        set_err(err, err_size, "data directory path too long: %s", dir);
+        return ZPS_EINVAL;
+    }
+    return zps_dataset_load_idx(images, labels, 10, out, err, err_size);
+}
+
+/* ---- synthetic linear regression ---- */
+
+void zps_synth_opts_default(zps_synth_opts_t *o, uint64_t seed)
+{
+    o->n = 10000;
+    o->n_test = 2000;
+    o->dim = 16;
+    o->noise = 0.0;
+    o->seed = seed;
+}
+
+int zps_dataset_synthetic_linear(const zps_synth_opts_t *o, bool test, zps_dataset_t *out)
+{
+    uint64_t n = test ? o->n_test : o->n;
+    if (n == 0 || n > UINT32_MAX || o->dim == 0 || !(o->noise >= 0))
+        return ZPS_EINVAL;
+    if (n > SIZE_MAX / sizeof(float) / o->dim)
+        return ZPS_ENOMEM;
+    zps_dataset_t ds = {.n = n, .dim = o->dim, .classes = 0};
+    ds.x = malloc((size_t)n * o->dim * sizeof(float));
+    ds.target = malloc((size_t)n * sizeof(float));
+    ds.true_w = malloc(o->dim * sizeof(float));
+    if (!ds.x || !ds.target || !ds.true_w) {
+        zps_dataset_fini(&ds);
+        return ZPS_ENOMEM;
+    }
+
+    zps_rng_t r;
+    zps_rng_seed(&r, o->seed, SYNTH_W_STREAM);
+    for (uint32_t j = 0; j < o->dim; j++)
+        ds.true_w[j] = (float)zps_rng_normal(&r);
+    ds.true_b = (float)zps_rng_normal(&r);
+
+    zps_rng_seed(&r, o->seed, test ? SYNTH_TEST_STREAM : SYNTH_TRAIN_STREAM);
+    for (uint64_t i = 0; i < n; i++) {
+        float *xi = ds.x + i * o->dim;
+        double y = ds.true_b;
+        for (uint32_t j = 0; j < o->dim; j++) {
+            xi[j] = (float)zps_rng_normal(&r);
+            y += (double)ds.true_w[j] * xi[j];
+        }
+        if (o->noise > 0)
+            y += o->noise * zps_rng_normal(&r);
+        ds.target[i] = (float)y;
+    }
+    *out = ds;
+    return 0;
+}
+
+/* Parses "n=N,test=M,dim=D,noise=S,seed=X" into o. */
+static int parse_synth_opts(const char *text, zps_synth_opts_t *o, char *err, size_t err_size)
+{
+    char **items = NULL;
+    size_t count = 0;
+    if (zps_parse_list(text, &items, &count) != 0) {
+        set_err(err, err_size, "synthetic: cannot parse options '%s'", text);
+        return ZPS_EINVAL;
+    }
+    int rc = 0;
+    for (size_t i = 0; i < count && rc == 0; i++) {
+        char *key = items[i];
+        char *val = strchr(key, '=');
+        if (!val) {
+            rc = ZPS_EINVAL;
+            break;
+        }
+        *val++ = '\0';
+        uint64_t u;
+        double d;
+        if (strcmp(key, "n") == 0 && zps_parse_u64(val, &u) == 0 && u > 0)
+            o->n = u;
+        else if (strcmp(key, "test") == 0 && zps_parse_u64(val, &u) == 0 && u > 0)
+            o->n_test = u;
+        else if (strcmp(key, "dim") == 0 && zps_parse_u64(val, &u) == 0 && u > 0 && u <= 1000000)
+            o->dim = (uint32_t)u;
+        else if (strcmp(key, "noise") == 0 && zps_parse_double(val, &d) == 0 && d >= 0)
+            o->noise = d;
+        else if (strcmp(key, "seed") == 0 && zps_parse_u64(val, &u) == 0)
+            o->seed = u;
+        else
+            rc = ZPS_EINVAL;
+    }
+    if (rc)
+        set_err(err, err_size,
+                "synthetic: bad option in '%s' (expected n=N,test=M,dim=D,noise=S,seed=X with "
+                "N, M, D >= 1 and S >= 0)",
+                text);
+    free(items);
+    return rc;
+}
+
+int zps_dataset_open(const char *spec, const char *dir, uint64_t seed, zps_dataset_t *train,
+                     zps_dataset_t *test, char *err, size_t err_size)
+{
+    zps_dataset_t tr = {0}, te = {0};
+    int rc;
+    if (strcmp(spec, "fashion-mnist") == 0) {
+        rc = zps_dataset_load_fashion_mnist(dir, "train", &tr, err, err_size);
+        if (rc)
+            return rc;
+        rc = zps_dataset_load_fashion_mnist(dir, "t10k", &te, err, err_size);
+        if (rc) {
+            zps_dataset_fini(&tr);
+            return rc;
+        }
+    } else if (strncmp(spec, "synthetic", 9) == 0 && (spec[9] == '\0' || spec[9] == ':')) {
+        zps_synth_opts_t o;
+        zps_synth_opts_default(&o, seed);
+        if (spec[9] == ':' && (rc = parse_synth_opts(spec + 10, &o, err, err_size)) != 0)
+            return rc;
+        rc = zps_dataset_synthetic_linear(&o, false, &tr);
+        if (rc == 0)
+            rc = zps_dataset_synthetic_linear(&o, true, &te);
+        if (rc) {
+            zps_dataset_fini(&tr);
+            set_err(err, err_size, "synthetic: %s", zps_strerror(rc));
+            return rc;
+        }
+    } else {
+        set_err(err, err_size, "unknown data set '%s' (fashion-mnist or synthetic[:options])",
+                spec);
+        return ZPS_EINVAL;
+    }
+    *train = tr;
+    *test = te;
+    return 0;
+}
+
+void zps_dataset_gather(const zps_dataset_t *ds, const uint32_t *idx, size_t count, float *x,
+                        int32_t *label, float *target)
+{
+    for (size_t i = 0; i < count; i++) {
+        ZPS_ASSERT(idx[i] < ds->n);
+        memcpy(x + i * ds->dim, ds->x + (size_t)idx[i] * ds->dim, ds->dim * sizeof(float));
+        if (label && ds->label)
+            label[i] = ds->label[idx[i]];
+        if (target && ds->target)
+            target[i] = ds->target[idx[i]];
+    }
+}
+
+/* ---- partitioning ---- */
+
+int zps_partition_init(zps_partition_t *p, uint64_t n, uint32_t workers, uint32_t batch,
+                       uint64_t seed)
+{
+    if (workers == 0 || batch == 0 || n < workers || n > UINT32_MAX)
+        return ZPS_EINVAL;
+    uint64_t q = n / workers; /* the smallest piece */
+    p->n = n;
+    p->workers = workers;
+    p->batch = batch;
+    p->seed = seed;
+    p->steps = (q + batch - 1) / batch;
+    return 0;
+}
+
+void zps_partition_piece(const zps_partition_t *p, uint32_t worker, uint64_t *lo, uint64_t *hi)
+{
+    ZPS_ASSERT(worker < p->workers);
+    /* n <= 2^32 - 1 and worker < 2^32, so the products fit in 64 bits. */
+    *lo = worker * p->n / p->workers;
+    *hi = (worker + 1ull) * p->n / p->workers;
+}
+
+void zps_partition_batch_range(const zps_partition_t *p, uint32_t worker, uint64_t step,
+                               uint64_t *lo, uint64_t *hi)
+{
+    ZPS_ASSERT(step < p->steps);
+    uint64_t plo, phi;
+    zps_partition_piece(p, worker, &plo, &phi);
+    *lo = plo + step * p->batch;
+    /* The last step takes the rest of the piece, whatever its length. */
+    *hi = step + 1 == p->steps ? phi : *lo + p->batch;
+    ZPS_ASSERT(*lo < *hi && *hi <= phi);
+}
+
+uint64_t zps_partition_max_batch(const zps_partition_t *p)
+{
+    /* The longest piece has ceil(N/W) elements; its last step holds the
+     * rest. Every earlier step (if there is one) holds exactly b. */
+    uint64_t longest = (p->n + p->workers - 1) / p->workers;
+    uint64_t last = longest - (p->steps - 1) * p->batch;
+    return p->steps == 1 || last > p->batch ? last : p->batch;
+}
+
+void zps_partition_clock(const zps_partition_t *p, uint64_t clock, uint64_t *epoch, uint64_t *step)
+{
+    *epoch = clock / p->steps;
+    *step = clock % p->steps;
+}
+
+void zps_partition_permute(const zps_partition_t *p, uint64_t epoch, uint32_t *perm)
+{
+    for (uint64_t i = 0; i < p->n; i++)
+        perm[i] = (uint32_t)i;
+    zps_rng_t r;
+    zps_rng_seed(&r, p->seed, ORDER_STREAM + epoch);
+    /* Fisher-Yates: position i takes a uniform pick among positions [0, i]. */
+    for (uint64_t i = p->n - 1; i > 0; i--) {
+        uint64_t j = zps_rng_below(&r, i + 1);
+        uint32_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+}
+
+int zps_data_order_init(zps_data_order_t *o, const zps_partition_t *part)
+{
+    uint32_t *perm = malloc(part->n * sizeof(uint32_t));
+    if (!perm)
+        return ZPS_ENOMEM;
+    o->part = *part;
+    o->perm = perm;
+    o->epoch = UINT64_MAX;
+    return 0;
+}
+
+void zps_data_order_fini(zps_data_order_t *o)
+{
+    if (!o)
+        return;
+    free(o->perm);
+    o->perm = NULL;
+}
+
+size_t zps_data_order_batch(zps_data_order_t *o, uint64_t epoch, uint32_t worker, uint64_t step,
+                            uint32_t *idx)
+{
+    if (o->epoch != epoch) {
+        zps_partition_permute(&o->part, epoch, o->perm);
+        o->epoch = epoch;
+    }
+    uint64_t lo, hi;
+    zps_partition_batch_range(&o->part, worker, step, &lo, &hi);
+    memcpy(idx, o->perm + lo, (hi - lo) * sizeof(uint32_t));
+    return (size_t)(hi - lo);
+}

@@ -1,0 +1,575 @@
+/*
+ * trainer.c - the training loops of zps-worker; see trainer.h.
+ *
+ * One iteration, distributed:   pull(t) -> batch -> forward/backward -> push(t)
+ * One iteration, --local:       union batch -> forward/backward -> optimizer step
+ * Both time every phase and write one metrics line per clock.
+ */
+#include "trainer.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client.h"
+#include "data.h"
+#include "error.h"
+#include "log.h"
+#include "metrics.h"
+#include "model.h"
+#include "strbuf.h"
+#include "timeutil.h"
+
+/* Evaluation runs in chunks of this many examples (whatever the batch). */
+#define EVAL_CHUNK 1024
+
+typedef struct trainer {
+    const zps_trainer_config_t *cfg;
+    zps_dataset_t train, test;
+    zps_model_t model;
+    char model_spec[256];
+    zps_partition_t part;
+    zps_data_order_t order;
+    bool have_order;
+    zps_backend_t *be;
+    zps_metrics_t *metrics;
+    zps_progress_t progress;
+
+    /* the staging area for one step's batch, [max_batch] examples */
+    size_t max_batch;
+    uint32_t *idx;
+    float *x;
+    int32_t *label;
+    float *target;
+
+    uint64_t clocks;   /* K */
+    bool evaluates;    /* this process evaluates the test set */
+    uint64_t loop_ns;  /* start of the training loop */
+    uint64_t eval_ns;  /* time spent evaluating */
+    uint64_t examples; /* examples computed on */
+
+    /* progress: means since the last shown line */
+    double loss_sum;
+    uint64_t loss_count;
+    double shown_loss; /* the mean loss on the line shown last */
+    double pull_ms_sum, push_ms_sum;
+    bool have_eval;
+    zps_eval_t last_eval;
+    zps_eval_t final_eval;
+} trainer_t;
+
+void zps_trainer_config_default(zps_trainer_config_t *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->rank = 0;
+    cfg->workers = 1;
+    cfg->timeout_ms = -1;
+    cfg->data = "fashion-mnist";
+    cfg->data_dir = "/usr/share/datasets/fashion-mnist";
+    cfg->batch = 64;
+    cfg->epochs = 1;
+    cfg->seed = 1;
+    cfg->backend = "auto";
+    cfg->blas_threads = 1;
+    zps_opt_config_default(&cfg->opt);
+    cfg->progress = true;
+    cfg->progress_interval_s = 10.0;
+}
+
+static double ms_since(uint64_t t0)
+{
+    return (double)(zps_now_ns() - t0) / 1e6;
+}
+
+static double elapsed_s(const trainer_t *T)
+{
+    return (double)(zps_now_ns() - T->loop_ns) / 1e9;
+}
+
+/* ---- setup ---- */
+
+static int load(trainer_t *T)
+{
+    const zps_trainer_config_t *cfg = T->cfg;
+    char err[512];
+    int rc;
+
+    if (cfg->workers == 0 || cfg->rank >= cfg->workers) {
+        zps_error("rank %u is not below the worker count %u", cfg->rank, cfg->workers);
+        return ZPS_EINVAL;
+    }
+    if (cfg->batch == 0) {
+        zps_error("the batch size must be at least 1");
+        return ZPS_EINVAL;
+    }
+    uint64_t t0 = zps_now_ns();
+    rc = zps_dataset_open(cfg->data, cfg->data_dir, cfg->seed, &T->train, &T->test, err,
+                          sizeof(err));
+    if (rc) {
+        zps_error("data: %s", err);
+        return rc;
+    }
+    zps_info("data %s: %llu training and %llu test examples of %u features, loaded in %.2f s",
+             cfg->data, (unsigned long long)T->train.n, (unsigned long long)T->test.n, T->train.dim,
+             ms_since(t0) / 1e3);
+
+    const char *spec = cfg->model;
+    char def[64];
+    if (!spec) {
+        /* The natural model for the data: the issue's MLP for images, the
+         * generating model's shape for regression. */
+        if (T->train.classes > 0)
+            snprintf(def, sizeof(def), "mlp:%u-256-128-%u", T->train.dim, T->train.classes);
+        else
+            snprintf(def, sizeof(def), "linear:%u", T->train.dim);
+        spec = def;
+    }
+    if ((rc = zps_model_parse(spec, &T->model, err, sizeof(err))) != 0 ||
+        (rc = zps_model_check_data(&T->model, &T->train, err, sizeof(err))) != 0) {
+        zps_error("%s", err);
+        return rc;
+    }
+    zps_model_format(&T->model, T->model_spec, sizeof(T->model_spec));
+
+    rc = zps_partition_init(&T->part, T->train.n, cfg->workers, cfg->batch, cfg->seed);
+    if (rc) {
+        zps_error("cannot split %llu examples among %u workers (need at least one each)",
+                  (unsigned long long)T->train.n, cfg->workers);
+        return rc;
+    }
+    if ((rc = zps_data_order_init(&T->order, &T->part)) != 0)
+        return rc;
+    T->have_order = true;
+    T->clocks = cfg->clocks ? cfg->clocks : cfg->epochs * T->part.steps;
+    if (T->clocks == 0) {
+        zps_error("nothing to do: 0 clocks");
+        return ZPS_EINVAL;
+    }
+    return 0;
+}
+
+static int make_backend(trainer_t *T)
+{
+    const zps_trainer_config_t *cfg = T->cfg;
+    uint64_t per_worker = zps_partition_max_batch(&T->part);
+    uint64_t mb = cfg->local ? per_worker * cfg->workers : per_worker;
+    if (mb > T->train.n)
+        mb = T->train.n;
+    T->max_batch = (size_t)mb;
+    T->idx = malloc(T->max_batch * sizeof(uint32_t));
+    T->x = malloc(T->max_batch * T->train.dim * sizeof(float));
+    T->label = malloc(T->max_batch * sizeof(int32_t));
+    T->target = malloc(T->max_batch * sizeof(float));
+    if (!T->idx || !T->x || !T->label || !T->target) {
+        zps_error("out of memory for a batch of %zu", T->max_batch);
+        return ZPS_ENOMEM;
+    }
+
+    zps_backend_opts_t bo;
+    zps_backend_opts_default(&bo);
+    bo.max_batch = T->max_batch;
+    if (T->evaluates && bo.max_batch < EVAL_CHUNK)
+        bo.max_batch = EVAL_CHUNK;
+    bo.blas_threads = cfg->blas_threads;
+    bo.device = cfg->device;
+    char err[512];
+    int rc = zps_backend_new(cfg->backend, &T->model, &bo, &T->be, err, sizeof(err));
+    if (rc) {
+        zps_error("backend: %s", err);
+        return rc;
+    }
+    zps_info("model %s: %llu parameters; backend %s", T->model_spec,
+             (unsigned long long)T->model.nparams, zps_backend_describe(T->be));
+    return 0;
+}
+
+/* The "run" line: everything needed to interpret (or repeat) the stream. */
+static int write_run_header(trainer_t *T)
+{
+    const zps_trainer_config_t *cfg = T->cfg;
+    if (!T->metrics)
+        return 0;
+    zps_strbuf_t b;
+    zps_strbuf_init(&b);
+    zps_strbuf_printf(&b, "{\"type\":\"run\",\"mode\":\"%s\",\"rank\":%u,\"workers\":%u,",
+                      cfg->local ? "local" : "distributed", cfg->rank, cfg->workers);
+    zps_strbuf_printf(&b, "\"model\":");
+    zps_strbuf_json_string(&b, T->model_spec);
+    zps_strbuf_printf(&b, ",\"params\":%llu,\"data\":", (unsigned long long)T->model.nparams);
+    zps_strbuf_json_string(&b, cfg->data);
+    zps_strbuf_printf(&b,
+                      ",\"train_examples\":%llu,\"test_examples\":%llu,\"batch\":%u,"
+                      "\"steps_per_epoch\":%llu,\"clocks\":%llu,\"seed\":%llu,\"backend\":",
+                      (unsigned long long)T->train.n, (unsigned long long)T->test.n, cfg->batch,
+                      (unsigned long long)T->part.steps, (unsigned long long)T->clocks,
+                      (unsigned long long)cfg->seed);
+    zps_strbuf_json_string(&b, zps_backend_describe(T->be));
+    zps_strbuf_printf(&b, ",\"blas_threads\":%d,\"eval_every\":%llu,", cfg->blas_threads,
+                      (unsigned long long)cfg->eval_every);
+    if (cfg->local) {
+        zps_strbuf_printf(&b, "\"optimizer\":");
+        zps_strbuf_json_string(&b, zps_opt_name(&cfg->opt));
+        zps_strbuf_printf(&b,
+                          ",\"lr\":%.9g,\"momentum\":%.9g,\"nesterov\":%s,\"weight_decay\":%.9g,"
+                          "\"schedule\":",
+                          cfg->opt.lr, cfg->opt.momentum, cfg->opt.nesterov ? "true" : "false",
+                          cfg->opt.weight_decay);
+        zps_strbuf_json_string(&b, zps_sched_name(cfg->opt.schedule));
+        zps_strbuf_printf(&b, ",\"warmup\":%llu,", (unsigned long long)cfg->opt.warmup);
+    } else {
+        zps_strbuf_printf(&b, "\"servers\":[");
+        for (size_t i = 0; i < cfg->server_count; i++) {
+            if (i)
+                zps_strbuf_printf(&b, ",");
+            zps_strbuf_json_string(&b, cfg->servers[i]);
+        }
+        zps_strbuf_printf(&b, "],");
+    }
+    zps_strbuf_printf(&b, "\"wall\":%.6f}", zps_wall_seconds());
+    char *line = zps_strbuf_take(&b);
+    if (!line)
+        return ZPS_ENOMEM;
+    int rc = zps_metrics_raw(T->metrics, line);
+    free(line);
+    return rc;
+}
+
+/* ---- one step's pieces ---- */
+
+/*
+ * Gathers the batch for (epoch, step): worker `first`'s when first == last,
+ * else the union of workers first..last in rank order. Returns its size.
+ */
+static size_t gather(trainer_t *T, uint64_t epoch, uint64_t step, uint32_t first, uint32_t last)
+{
+    size_t n = 0;
+    for (uint32_t w = first; w <= last; w++)
+        n += zps_data_order_batch(&T->order, epoch, w, step, T->idx + n);
+    ZPS_ASSERT(n <= T->max_batch);
+    zps_dataset_gather(&T->train, T->idx, n, T->x, T->label, T->target);
+    return n;
+}
+
+static void show_progress(trainer_t *T, uint64_t clock, bool force)
+{
+    if (!T->cfg->progress)
+        return;
+    char line[256], who[32];
+    if (T->cfg->local)
+        snprintf(who, sizeof(who), "[local]");
+    else
+        snprintf(who, sizeof(who), "[worker %u]", T->cfg->rank);
+    double el = elapsed_s(T);
+    double train_s = el - (double)T->eval_ns / 1e9;
+    double rate = train_s > 0 ? (double)T->examples / train_s : 0.0;
+    if (T->loss_count)
+        T->shown_loss = T->loss_sum / (double)T->loss_count;
+    int len =
+        snprintf(line, sizeof(line), "%s epoch %.2f/%.2f clock %llu/%llu loss %.4f %.0f ex/s", who,
+                 (double)clock / (double)T->part.steps, (double)T->clocks / (double)T->part.steps,
+                 (unsigned long long)clock, (unsigned long long)T->clocks, T->shown_loss, rate);
+    if (!T->cfg->local && T->loss_count && len > 0 && (size_t)len < sizeof(line))
+        len += snprintf(line + len, sizeof(line) - (size_t)len, " pull %.1f push %.1f ms",
+                        T->pull_ms_sum / (double)T->loss_count,
+                        T->push_ms_sum / (double)T->loss_count);
+    if (T->have_eval && len > 0 && (size_t)len < sizeof(line)) {
+        if (isnan(T->last_eval.accuracy))
+            snprintf(line + len, sizeof(line) - (size_t)len, " | test loss %.4f",
+                     T->last_eval.loss);
+        else
+            snprintf(line + len, sizeof(line) - (size_t)len, " | test acc %.4f loss %.4f",
+                     T->last_eval.accuracy, T->last_eval.loss);
+    }
+    if (zps_progress_show(&T->progress, line, force)) {
+        T->loss_sum = 0;
+        T->loss_count = 0;
+        T->pull_ms_sum = T->push_ms_sum = 0;
+    }
+}
+
+/* Evaluates the backend's current parameters (the model after `clock` steps). */
+static int evaluate(trainer_t *T, uint64_t clock, bool final)
+{
+    uint64_t t0 = zps_now_ns();
+    zps_eval_t ev;
+    int rc = zps_backend_evaluate(T->be, &T->test, &ev);
+    if (rc) {
+        zps_progress_break(&T->progress);
+        zps_error("evaluation at clock %llu failed: %s", (unsigned long long)clock,
+                  zps_strerror(rc));
+        return rc;
+    }
+    uint64_t dt = zps_now_ns() - t0;
+    T->eval_ns += dt;
+    T->have_eval = true;
+    T->last_eval = ev;
+    if (final)
+        T->final_eval = ev;
+    zps_eval_record_t r = {
+        .rank = (int)T->cfg->rank,
+        .clock = clock,
+        .epoch = (double)clock / (double)T->part.steps,
+        .wall = zps_wall_seconds(),
+        .elapsed = elapsed_s(T),
+        .loss = ev.loss,
+        .accuracy = ev.accuracy,
+        .n = ev.n,
+        .eval_ms = (double)dt / 1e6,
+        .final = final,
+    };
+    if ((rc = zps_metrics_eval(T->metrics, &r)) != 0) {
+        zps_error("cannot write the metrics file");
+        return rc;
+    }
+    show_progress(T, clock, true);
+    return 0;
+}
+
+static bool eval_due(const trainer_t *T, uint64_t t)
+{
+    return T->evaluates && T->cfg->eval_every && t > 0 && t % T->cfg->eval_every == 0;
+}
+
+static int record_step(trainer_t *T, zps_step_record_t *r)
+{
+    r->rank = (int)T->cfg->rank;
+    r->wall = zps_wall_seconds();
+    r->elapsed = elapsed_s(T);
+    T->loss_sum += r->loss;
+    T->loss_count++;
+    T->pull_ms_sum += r->pull_ms;
+    T->push_ms_sum += r->push_ms;
+    T->examples += r->batch;
+    int rc = zps_metrics_step(T->metrics, r);
+    if (rc)
+        zps_error("cannot write the metrics file");
+    /* The last step's line is forced unless the final evaluation will
+     * show it anyway. */
+    show_progress(T, r->clock + 1, r->clock + 1 == T->clocks && !T->evaluates);
+    return rc;
+}
+
+static int train_batch(trainer_t *T, size_t n, uint64_t clock, zps_step_record_t *r)
+{
+    zps_batch_t b = {.n = n, .x = T->x, .label = T->label, .target = T->target};
+    zps_step_stats_t st;
+    int rc = zps_backend_train_step(T->be, &b, &st);
+    if (rc) {
+        zps_progress_break(&T->progress);
+        zps_error("forward/backward at clock %llu failed: %s", (unsigned long long)clock,
+                  zps_strerror(rc));
+        return rc;
+    }
+    r->loss = st.loss;
+    r->forward_ms = st.forward_ms;
+    r->backward_ms = st.backward_ms;
+    r->copy_ms = st.copy_ms;
+    if (!isfinite(st.loss)) {
+        zps_progress_break(&T->progress);
+        zps_error("the loss is %g at clock %llu: training diverged (learning rate too high?)",
+                  st.loss, (unsigned long long)clock);
+        return ZPS_ENONFINITE;
+    }
+    return 0;
+}
+
+/* ---- the loops ---- */
+
+static int run_local(trainer_t *T)
+{
+    const zps_trainer_config_t *cfg = T->cfg;
+    char why[256];
+    zps_optimizer_t *opt = NULL;
+    int rc = zps_opt_config_check(&cfg->opt, why, sizeof(why));
+    if (rc) {
+        zps_error("optimizer: %s", why);
+        return rc;
+    }
+    if ((rc = zps_optimizer_new(&cfg->opt, T->model.nparams, &opt)) != 0) {
+        zps_error("optimizer: %s", zps_strerror(rc));
+        return rc;
+    }
+    float *params = zps_backend_params(T->be);
+    const float *grad = zps_backend_grad(T->be);
+    zps_model_init_params(&T->model, cfg->seed, params);
+    zps_info("local training: %u simulated workers x batch %u, %llu steps per epoch, %llu "
+             "clocks, optimizer %s lr %g",
+             cfg->workers, cfg->batch, (unsigned long long)T->part.steps,
+             (unsigned long long)T->clocks, zps_opt_name(&cfg->opt), cfg->opt.lr);
+
+    T->loop_ns = zps_now_ns();
+    for (uint64_t t = 0; t < T->clocks; t++) {
+        if (eval_due(T, t) && (rc = evaluate(T, t, false)) != 0)
+            goto done;
+        uint64_t t0 = zps_now_ns();
+        zps_step_record_t r = {.clock = t};
+        zps_partition_clock(&T->part, t, &r.epoch, &r.step);
+        size_t n = gather(T, r.epoch, r.step, 0, cfg->workers - 1);
+        r.batch = n;
+        r.data_ms = ms_since(t0);
+        if ((rc = train_batch(T, n, t, &r)) != 0)
+            goto done;
+        uint64_t t1 = zps_now_ns();
+        zps_optimizer_step(opt, params, grad, 1.0);
+        r.update_ms = ms_since(t1);
+        r.version = t;
+        r.step_ms = ms_since(t0);
+        if ((rc = record_step(T, &r)) != 0)
+            goto done;
+    }
+    rc = T->evaluates ? evaluate(T, T->clocks, true) : 0;
+done:
+    zps_optimizer_free(opt);
+    return rc;
+}
+
+static int client_failed(trainer_t *T, zps_client_t *c, const char *what, uint64_t clock, int rc)
+{
+    zps_progress_break(&T->progress);
+    zps_error("%s at clock %llu failed: %s (%s)", what, (unsigned long long)clock,
+              zps_client_last_error(c), zps_errname(rc));
+    return rc;
+}
+
+static int run_distributed(trainer_t *T)
+{
+    const zps_trainer_config_t *cfg = T->cfg;
+    if (cfg->server_count == 0) {
+        zps_error("no servers: give --servers E1,E2,... (or --local)");
+        return ZPS_EINVAL;
+    }
+    zps_client_opts_t co;
+    zps_client_opts_default(&co);
+    co.worker = (int)cfg->rank;
+    co.timeout_ms = cfg->timeout_ms;
+    zps_client_t *client = NULL;
+    int rc = zps_client_new(cfg->servers, cfg->server_count, &co, &client);
+    if (rc) {
+        zps_error("cannot create the client: %s", zps_strerror(rc));
+        return rc;
+    }
+    float *params = zps_backend_params(T->be);
+    const float *grad = zps_backend_grad(T->be);
+    uint64_t n = T->model.nparams;
+
+    if (cfg->rank == 0) {
+        zps_model_init_params(&T->model, cfg->seed, params);
+        if ((rc = zps_client_init(client, params, n)) != 0) {
+            zps_error("initialising the servers failed: %s (%s)", zps_client_last_error(client),
+                      zps_errname(rc));
+            goto done;
+        }
+        zps_info("initialised %zu server(s) with %llu parameters (seed %llu)", cfg->server_count,
+                 (unsigned long long)n, (unsigned long long)cfg->seed);
+        if (cfg->init_only)
+            goto done;
+    }
+    zps_info("worker %u of %u: batch %u, %llu steps per epoch, %llu clocks", cfg->rank,
+             cfg->workers, cfg->batch, (unsigned long long)T->part.steps,
+             (unsigned long long)T->clocks);
+
+    T->loop_ns = zps_now_ns();
+    for (uint64_t t = 0; t < T->clocks; t++) {
+        uint64_t t0 = zps_now_ns();
+        zps_step_record_t r = {.clock = t};
+        zps_reply_info_t info;
+        if ((rc = zps_client_pull(client, t, params, n, &info)) != 0) {
+            rc = client_failed(T, client, "pull", t, rc);
+            goto done;
+        }
+        r.pull_ms = ms_since(t0);
+        r.version = info.min_version;
+        r.staleness = t > info.min_clock ? t - info.min_clock : 0;
+        /* The evaluation sees exactly the parameters this clock computes on,
+         * and its time is kept out of the step's timings. */
+        if (eval_due(T, t)) {
+            uint64_t te = zps_now_ns();
+            if ((rc = evaluate(T, t, false)) != 0)
+                goto done;
+            t0 += zps_now_ns() - te;
+        }
+        uint64_t t1 = zps_now_ns();
+        zps_partition_clock(&T->part, t, &r.epoch, &r.step);
+        size_t nb = gather(T, r.epoch, r.step, cfg->rank, cfg->rank);
+        r.batch = nb;
+        r.data_ms = ms_since(t1);
+        if ((rc = train_batch(T, nb, t, &r)) != 0)
+            goto done;
+        uint64_t t2 = zps_now_ns();
+        zps_reply_info_t pinfo;
+        if ((rc = zps_client_push(client, t, grad, n, (uint32_t)nb, &pinfo)) != 0) {
+            rc = client_failed(T, client, "push", t, rc);
+            goto done;
+        }
+        r.push_ms = ms_since(t2);
+        r.step_ms = ms_since(t0);
+        if ((rc = record_step(T, &r)) != 0)
+            goto done;
+    }
+    if (T->evaluates) {
+        /* The final model: for BSP, version K exists once every worker has
+         * pushed its last clock. */
+        zps_reply_info_t info;
+        if ((rc = zps_client_pull(client, T->clocks, params, n, &info)) != 0) {
+            rc = client_failed(T, client, "final pull", T->clocks, rc);
+            goto done;
+        }
+        rc = evaluate(T, T->clocks, true);
+    }
+done:
+    zps_client_free(client);
+    return rc;
+}
+
+int zps_trainer_run(const zps_trainer_config_t *cfg, zps_trainer_result_t *res)
+{
+    trainer_t T;
+    memset(&T, 0, sizeof(T));
+    T.cfg = cfg;
+    T.evaluates = cfg->rank == 0 && !cfg->init_only;
+    T.shown_loss = NAN;
+    T.loop_ns = zps_now_ns();
+    zps_progress_init(&T.progress, stderr, cfg->progress, cfg->progress_interval_s);
+
+    int rc = load(&T);
+    if (rc == 0)
+        rc = make_backend(&T);
+    if (rc == 0 && cfg->metrics_path) {
+        char err[512];
+        rc = zps_metrics_open(cfg->metrics_path, &T.metrics, err, sizeof(err));
+        if (rc)
+            zps_error("metrics: %s", err);
+    }
+    if (rc == 0)
+        rc = write_run_header(&T);
+    if (rc == 0)
+        rc = cfg->local ? run_local(&T) : run_distributed(&T);
+    zps_progress_break(&T.progress);
+
+    if (rc == 0 && res) {
+        memset(res, 0, sizeof(*res));
+        res->clocks = cfg->init_only ? 0 : T.clocks;
+        res->examples = T.examples;
+        res->seconds = elapsed_s(&T);
+        res->train_seconds = res->seconds - (double)T.eval_ns / 1e9;
+        res->evaluated = T.evaluates;
+        res->final = T.final_eval;
+        snprintf(res->backend, sizeof(res->backend), "%s", zps_backend_describe(T.be));
+    }
+    int mrc = zps_metrics_close(T.metrics);
+    if (rc == 0 && mrc) {
+        zps_error("metrics: writing %s failed", cfg->metrics_path);
+        rc = mrc;
+    }
+    zps_backend_free(T.be);
+    if (T.have_order)
+        zps_data_order_fini(&T.order);
+    zps_dataset_fini(&T.train);
+    zps_dataset_fini(&T.test);
+    free(T.idx);
+    free(T.x);
+    free(T.label);
+    free(T.target);
+    return rc;
+}

@@ -1,0 +1,88 @@
+/*
+ * trainer.h - zps-worker's training loop, distributed or in one process.
+ *
+ * Distributed (the default): per clock t, pull the parameters for clock t
+ * from the servers, compute the mean gradient of this worker's batch for
+ * (epoch, step) of t, push it at clock t. Worker 0 first initialises the
+ * servers with the He-initialised parameters; the others simply pull clock
+ * 0, which the servers answer once the model exists. The optimizer runs on
+ * the servers; a worker only computes gradients. Worker 0 also evaluates
+ * the test set every `eval_every` clocks and at the end.
+ *
+ * Local (--local): the same model, initialisation and data order in one
+ * process without servers: step t takes the UNION of the W workers' batches
+ * for (epoch, step), in rank order, as one batch and applies the optimizer
+ * to its mean gradient. A BSP cluster of W workers with batch b therefore
+ * computes what --local --workers W with batch b computes, up to float
+ * rounding.
+ *
+ * Not here: flag parsing (worker_main.c), the arithmetic (backend.h), the
+ * data order rule (data.h), the wire protocol (client.h).
+ */
+#ifndef ZPS_TRAINER_H
+#define ZPS_TRAINER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "optimizer.h"
+
+typedef struct zps_trainer_config {
+    /* cluster */
+    const char *const *servers; /* endpoints, in shard order (distributed only) */
+    size_t server_count;
+    uint32_t rank;    /* this worker, < workers */
+    uint32_t workers; /* W */
+    int timeout_ms;   /* client call timeout; -1 waits forever */
+    bool local;       /* train in this process, no servers */
+    bool init_only;   /* rank 0: initialise the servers and return */
+
+    /* what to train */
+    const char *model;    /* spec (model.h); NULL: the data's default */
+    const char *data;     /* "fashion-mnist" or "synthetic[:options]" */
+    const char *data_dir; /* where the Fashion-MNIST files are */
+    uint32_t batch;       /* b, per worker */
+    uint64_t epochs;      /* used when clocks is 0 */
+    uint64_t clocks;      /* K iterations; 0: epochs * steps per epoch */
+    uint64_t seed;        /* initialisation, data order, synthetic data */
+
+    /* how */
+    const char *backend; /* "cpu", "cuda" or "auto" */
+    int blas_threads;
+    int device;
+    zps_opt_config_t opt; /* --local only; the servers hold their own */
+
+    /* reporting */
+    uint64_t eval_every;        /* evaluate every K clocks (0: only at the end) */
+    const char *metrics_path;   /* JSON lines; NULL: none */
+    bool progress;              /* progress line on stderr */
+    double progress_interval_s; /* period of plain progress lines when stderr is no tty */
+} zps_trainer_config_t;
+
+/* No servers, rank 0 of 1, fashion-mnist from /usr/share/datasets/fashion-mnist,
+ * batch 64, 1 epoch, seed 1, backend auto, 1 BLAS thread, timeout -1,
+ * optimizer defaults of zps_opt_config_default, progress on, 10 s lines. */
+void zps_trainer_config_default(zps_trainer_config_t *cfg);
+
+typedef struct zps_trainer_result {
+    uint64_t clocks;      /* iterations run */
+    uint64_t examples;    /* training examples this process computed gradients on */
+    double seconds;       /* training loop, evaluations included */
+    double train_seconds; /* training loop without evaluations */
+    bool evaluated;       /* `final` holds the final evaluation */
+    zps_eval_t final;
+    char backend[160]; /* the backend's description */
+} zps_trainer_result_t;
+
+/*
+ * Runs training as configured. Blocks until done. Returns 0, or a ZPS_E*
+ * code after logging a one-line reason (bad configuration: ZPS_EINVAL; data
+ * files: ZPS_EIO/ZPS_EDATA/ZPS_ECORRUPT; a backend that cannot run:
+ * ZPS_ENODEV; a diverged loss: ZPS_ENONFINITE; any client error). *res is
+ * written on success (may be NULL).
+ */
+int zps_trainer_run(const zps_trainer_config_t *cfg, zps_trainer_result_t *res);
+
+#endif

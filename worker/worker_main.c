@@ -1,0 +1,436 @@
+/*
+ * worker_main.c - zps-worker's command line: flags into a
+ * zps_trainer_config_t, then zps_trainer_run. A bad flag prints the usage
+ * and exits 2; a failed run exits 1.
+ */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "log.h"
+#include "parse.h"
+#include "trainer.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: zps-worker --servers E1,E2,... --rank R --workers W [options]\n"
+               "       zps-worker --local [--workers W] [options]\n"
+               "\n"
+               "Trains a model on a zps cluster (pull, compute the gradient, push, per clock),\n"
+               "or with --local in this process alone with the same data order.\n"
+               "\n"
+               "Cluster:\n"
+               "  --servers LIST         server endpoints in shard order, comma-separated\n"
+               "  --rank R               this worker's rank in [0, W) (default 0)\n"
+               "  --workers W            number of workers (default 1)\n"
+               "  --timeout MS           give up on a pull or push after MS ms\n"
+               "                         (default -1: wait forever)\n"
+               "  --init-only            rank 0: initialise the servers' model, then exit\n"
+               "  --local                no servers: simulate W workers' data order in one\n"
+               "                         process and apply the optimizer here\n"
+               "\n"
+               "Training:\n"
+               "  --model SPEC           mlp:I-H1-...-O or linear:D (default mlp:784-256-128-10,\n"
+               "                         or linear:D for synthetic data)\n"
+               "  --data SET             fashion-mnist (default), or synthetic with options\n"
+               "                         synthetic:n=N,test=M,dim=D,noise=S,seed=X\n"
+               "  --data-dir DIR         Fashion-MNIST files\n"
+               "                         (default /usr/share/datasets/fashion-mnist)\n"
+               "  --batch B              examples per worker per clock (default 64)\n"
+               "  --epochs E             passes over the training set (default 1)\n"
+               "  --clocks K             run exactly K clocks instead of --epochs\n"
+               "  --seed S               initialisation, data order, synthetic data (default 1)\n"
+               "  --backend NAME         cpu, cuda or auto (default auto: cuda when a device\n"
+               "                         works, else cpu)\n"
+               "  --device I             CUDA device index (default 0)\n"
+               "  --blas-threads N       OpenBLAS threads for the cpu backend (default 1)\n"
+               "\n"
+               "Optimizer (--local only; a cluster uses the servers' flags):\n"
+               "  --optimizer NAME       sgd, momentum, nesterov, adam, adamw, adagrad\n"
+               "                         (default sgd)\n"
+               "  --lr X                 learning rate (default 0.01)\n"
+               "  --momentum MU          momentum, nesterov (default 0.9)\n"
+               "  --nesterov             use Nesterov's momentum\n"
+               "  --beta1 B1, --beta2 B2 adam, adamw (default 0.9, 0.999)\n"
+               "  --eps E                adam, adamw, adagrad (default 1e-8)\n"
+               "  --weight-decay WD      L2 penalty; decoupled for adamw (default 0)\n"
+               "  --schedule NAME        constant, step, cosine (default constant)\n"
+               "  --step-every K         step schedule: multiply lr by gamma every K steps\n"
+               "  --gamma G              step schedule factor (default 0.1)\n"
+               "  --cosine-steps T       cosine schedule length in steps\n"
+               "  --lr-min X             cosine schedule floor (default 0)\n"
+               "  --warmup K             linear warm-up over the first K steps (default 0)\n"
+               "\n"
+               "Reporting:\n"
+               "  --eval-every K         worker 0 evaluates the test set every K clocks\n"
+               "                         (default 0: only at the end)\n"
+               "  --metrics FILE         write JSON lines (run, step, eval records) to FILE\n"
+               "  --no-progress          no progress line on stderr\n"
+               "  --progress-every S     seconds between progress lines when stderr is not a\n"
+               "                         terminal (default 10)\n"
+               "  --log-level LEVEL      debug, info, warn, error (default info)\n"
+               "  --help                 this text\n");
+}
+
+enum {
+    OPT_SERVERS = 256,
+    OPT_RANK,
+    OPT_WORKERS,
+    OPT_TIMEOUT,
+    OPT_INIT_ONLY,
+    OPT_LOCAL,
+    OPT_MODEL,
+    OPT_DATA,
+    OPT_DATA_DIR,
+    OPT_BATCH,
+    OPT_EPOCHS,
+    OPT_CLOCKS,
+    OPT_SEED,
+    OPT_BACKEND,
+    OPT_DEVICE,
+    OPT_BLAS_THREADS,
+    OPT_OPTIMIZER,
+    OPT_LR,
+    OPT_MOMENTUM,
+    OPT_NESTEROV,
+    OPT_BETA1,
+    OPT_BETA2,
+    OPT_EPS,
+    OPT_WD,
+    OPT_SCHEDULE,
+    OPT_STEP_EVERY,
+    OPT_GAMMA,
+    OPT_COSINE_STEPS,
+    OPT_LR_MIN,
+    OPT_WARMUP,
+    OPT_EVAL_EVERY,
+    OPT_METRICS,
+    OPT_NO_PROGRESS,
+    OPT_PROGRESS_EVERY,
+    OPT_LOG_LEVEL,
+    OPT_HELP,
+};
+
+static const struct option options[] = {
+    {"servers", required_argument, NULL, OPT_SERVERS},
+    {"rank", required_argument, NULL, OPT_RANK},
+    {"workers", required_argument, NULL, OPT_WORKERS},
+    {"timeout", required_argument, NULL, OPT_TIMEOUT},
+    {"init-only", no_argument, NULL, OPT_INIT_ONLY},
+    {"local", no_argument, NULL, OPT_LOCAL},
+    {"model", required_argument, NULL, OPT_MODEL},
+    {"data", required_argument, NULL, OPT_DATA},
+    {"data-dir", required_argument, NULL, OPT_DATA_DIR},
+    {"batch", required_argument, NULL, OPT_BATCH},
+    {"epochs", required_argument, NULL, OPT_EPOCHS},
+    {"clocks", required_argument, NULL, OPT_CLOCKS},
+    {"seed", required_argument, NULL, OPT_SEED},
+    {"backend", required_argument, NULL, OPT_BACKEND},
+    {"device", required_argument, NULL, OPT_DEVICE},
+    {"blas-threads", required_argument, NULL, OPT_BLAS_THREADS},
+    {"optimizer", required_argument, NULL, OPT_OPTIMIZER},
+    {"lr", required_argument, NULL, OPT_LR},
+    {"momentum", required_argument, NULL, OPT_MOMENTUM},
+    {"nesterov", no_argument, NULL, OPT_NESTEROV},
+    {"beta1", required_argument, NULL, OPT_BETA1},
+    {"beta2", required_argument, NULL, OPT_BETA2},
+    {"eps", required_argument, NULL, OPT_EPS},
+    {"weight-decay", required_argument, NULL, OPT_WD},
+    {"schedule", required_argument, NULL, OPT_SCHEDULE},
+    {"step-every", required_argument, NULL, OPT_STEP_EVERY},
+    {"gamma", required_argument, NULL, OPT_GAMMA},
+    {"cosine-steps", required_argument, NULL, OPT_COSINE_STEPS},
+    {"lr-min", required_argument, NULL, OPT_LR_MIN},
+    {"warmup", required_argument, NULL, OPT_WARMUP},
+    {"eval-every", required_argument, NULL, OPT_EVAL_EVERY},
+    {"metrics", required_argument, NULL, OPT_METRICS},
+    {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
+    {"progress-every", required_argument, NULL, OPT_PROGRESS_EVERY},
+    {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+    {"help", no_argument, NULL, OPT_HELP},
+    {NULL, 0, NULL, 0},
+};
+
+/* A bad command line: the reason, then the usage, on stderr; exit status 2. */
+static int bad_usage(const char *why)
+{
+    if (why)
+        fprintf(stderr, "zps-worker: %s\n\n", why);
+    usage(stderr);
+    return 2;
+}
+
+static int bad_flag(const char *flag, const char *value, const char *expect)
+{
+    char why[512];
+    snprintf(why, sizeof(why), "invalid %s '%s': expected %s", flag, value ? value : "", expect);
+    return bad_usage(why);
+}
+
+/* Leaves the option loop through `out`, so the server list is freed. */
+#define BAD_FLAG(flag, value, expect)                                                              \
+    do {                                                                                           \
+        rc = bad_flag(flag, value, expect);                                                        \
+        goto out;                                                                                  \
+    } while (0)
+
+int main(int argc, char **argv)
+{
+    int rc = 2;
+    zps_trainer_config_t cfg;
+    zps_trainer_config_default(&cfg);
+    char **servers = NULL;
+    bool have_epochs = false, have_clocks = false, nesterov = false, opt_flags = false;
+    bool have_servers = false;
+    long l;
+    uint64_t u;
+    double d;
+
+    int c;
+    while ((c = getopt_long(argc, argv, "", options, NULL)) != -1) {
+        const char *a = optarg;
+        /* The optimizer flags mirror zps-server's. */
+        if (c >= OPT_OPTIMIZER && c <= OPT_WARMUP)
+            opt_flags = true;
+        switch (c) {
+        case OPT_SERVERS:
+            free(servers);
+            servers = NULL;
+            if (zps_parse_list(a, &servers, &cfg.server_count))
+                BAD_FLAG("--servers", a, "comma-separated endpoints");
+            cfg.servers = (const char *const *)servers;
+            have_servers = true;
+            break;
+        case OPT_RANK:
+            if (zps_parse_long(a, 0, 65535, &l))
+                BAD_FLAG("--rank", a, "an integer in [0, 65535]");
+            cfg.rank = (uint32_t)l;
+            break;
+        case OPT_WORKERS:
+            if (zps_parse_long(a, 1, 65536, &l))
+                BAD_FLAG("--workers", a, "an integer in [1, 65536]");
+            cfg.workers = (uint32_t)l;
+            break;
+        case OPT_TIMEOUT:
+            if (zps_parse_long(a, -1, 86400000, &l) || l == 0)
+                BAD_FLAG("--timeout", a, "milliseconds >= 1, or -1 to wait forever");
+            cfg.timeout_ms = (int)l;
+            break;
+        case OPT_INIT_ONLY:
+            cfg.init_only = true;
+            break;
+        case OPT_LOCAL:
+            cfg.local = true;
+            break;
+        case OPT_MODEL:
+            cfg.model = a;
+            break;
+        case OPT_DATA:
+            cfg.data = a;
+            break;
+        case OPT_DATA_DIR:
+            cfg.data_dir = a;
+            break;
+        case OPT_BATCH:
+            if (zps_parse_long(a, 1, 1 << 20, &l))
+                BAD_FLAG("--batch", a, "an integer in [1, 1048576]");
+            cfg.batch = (uint32_t)l;
+            break;
+        case OPT_EPOCHS:
+            if (zps_parse_u64(a, &u) || u == 0 || u > 1000000)
+                BAD_FLAG("--epochs", a, "an integer in [1, 1000000]");
+            cfg.epochs = u;
+            have_epochs = true;
+            break;
+        case OPT_CLOCKS:
+            if (zps_parse_u64(a, &u) || u == 0)
+                BAD_FLAG("--clocks", a, "a positive integer");
+            cfg.clocks = u;
+            have_clocks = true;
+            break;
+        case OPT_SEED:
+            if (zps_parse_u64(a, &u))
+                BAD_FLAG("--seed", a, "a non-negative integer");
+            cfg.seed = u;
+            break;
+        case OPT_BACKEND:
+            if (strcmp(a, "cpu") != 0 && strcmp(a, "cuda") != 0 && strcmp(a, "auto") != 0)
+                BAD_FLAG("--backend", a, "cpu, cuda or auto");
+            cfg.backend = a;
+            break;
+        case OPT_DEVICE:
+            if (zps_parse_long(a, 0, 1024, &l))
+                BAD_FLAG("--device", a, "a device index");
+            cfg.device = (int)l;
+            break;
+        case OPT_BLAS_THREADS:
+            if (zps_parse_long(a, 1, 1024, &l))
+                BAD_FLAG("--blas-threads", a, "an integer in [1, 1024]");
+            cfg.blas_threads = (int)l;
+            break;
+        case OPT_OPTIMIZER:
+            if (zps_opt_parse(a, &cfg.opt))
+                BAD_FLAG("--optimizer", a, "sgd, momentum, nesterov, adam, adamw or adagrad");
+            break;
+        case OPT_LR:
+            if (zps_parse_double(a, &cfg.opt.lr))
+                BAD_FLAG("--lr", a, "a number");
+            break;
+        case OPT_MOMENTUM:
+            if (zps_parse_double(a, &cfg.opt.momentum))
+                BAD_FLAG("--momentum", a, "a number");
+            break;
+        case OPT_NESTEROV:
+            nesterov = true;
+            break;
+        case OPT_BETA1:
+            if (zps_parse_double(a, &cfg.opt.beta1))
+                BAD_FLAG("--beta1", a, "a number");
+            break;
+        case OPT_BETA2:
+            if (zps_parse_double(a, &cfg.opt.beta2))
+                BAD_FLAG("--beta2", a, "a number");
+            break;
+        case OPT_EPS:
+            if (zps_parse_double(a, &cfg.opt.eps))
+                BAD_FLAG("--eps", a, "a number");
+            break;
+        case OPT_WD:
+            if (zps_parse_double(a, &cfg.opt.weight_decay))
+                BAD_FLAG("--weight-decay", a, "a number");
+            break;
+        case OPT_SCHEDULE:
+            if (zps_sched_parse(a, &cfg.opt.schedule))
+                BAD_FLAG("--schedule", a, "constant, step or cosine");
+            break;
+        case OPT_STEP_EVERY:
+            if (zps_parse_u64(a, &u))
+                BAD_FLAG("--step-every", a, "a positive integer");
+            cfg.opt.step_every = u;
+            break;
+        case OPT_GAMMA:
+            if (zps_parse_double(a, &cfg.opt.gamma))
+                BAD_FLAG("--gamma", a, "a number");
+            break;
+        case OPT_COSINE_STEPS:
+            if (zps_parse_u64(a, &u))
+                BAD_FLAG("--cosine-steps", a, "a positive integer");
+            cfg.opt.cosine_steps = u;
+            break;
+        case OPT_LR_MIN:
+            if (zps_parse_double(a, &d))
+                BAD_FLAG("--lr-min", a, "a number");
+            cfg.opt.lr_min = d;
+            break;
+        case OPT_WARMUP:
+            if (zps_parse_u64(a, &u))
+                BAD_FLAG("--warmup", a, "a non-negative integer");
+            cfg.opt.warmup = u;
+            break;
+        case OPT_EVAL_EVERY:
+            if (zps_parse_u64(a, &u))
+                BAD_FLAG("--eval-every", a, "a non-negative integer");
+            cfg.eval_every = u;
+            break;
+        case OPT_METRICS:
+            cfg.metrics_path = a;
+            break;
+        case OPT_NO_PROGRESS:
+            cfg.progress = false;
+            break;
+        case OPT_PROGRESS_EVERY:
+            if (zps_parse_double(a, &d) || !(d > 0))
+                BAD_FLAG("--progress-every", a, "seconds > 0");
+            cfg.progress_interval_s = d;
+            break;
+        case OPT_LOG_LEVEL: {
+            enum zps_log_level lv;
+            if (zps_log_parse_level(a, &lv))
+                BAD_FLAG("--log-level", a, "debug, info, warn or error");
+            zps_log_set_level(lv);
+            break;
+        }
+        case OPT_HELP:
+            usage(stdout);
+            rc = 0;
+            goto out;
+        default:
+            /* getopt_long has named the bad flag already. */
+            rc = bad_usage(NULL);
+            goto out;
+        }
+    }
+    char why[256];
+    if (optind < argc) {
+        snprintf(why, sizeof(why), "unexpected argument '%s'", argv[optind]);
+        rc = bad_usage(why);
+        goto out;
+    }
+    if (have_epochs && have_clocks) {
+        rc = bad_usage("give --epochs or --clocks, not both");
+        goto out;
+    }
+    if (cfg.rank >= cfg.workers) {
+        snprintf(why, sizeof(why), "--rank %u must be below --workers %u", cfg.rank, cfg.workers);
+        rc = bad_usage(why);
+        goto out;
+    }
+    if (cfg.local && (have_servers || cfg.init_only)) {
+        rc = bad_usage("--local trains without servers: drop --servers and --init-only");
+        goto out;
+    }
+    if (!cfg.local && !have_servers) {
+        rc = bad_usage("--servers is required (or --local to train without servers)");
+        goto out;
+    }
+    if (cfg.init_only && cfg.rank != 0) {
+        rc = bad_usage("--init-only is for worker 0, which initialises the model");
+        goto out;
+    }
+    if (nesterov) {
+        if (cfg.opt.kind != ZPS_OPT_MOMENTUM) {
+            rc = bad_usage("--nesterov needs --optimizer momentum");
+            goto out;
+        }
+        cfg.opt.nesterov = true;
+    }
+    if (cfg.local && zps_opt_config_check(&cfg.opt, why, sizeof(why)) != 0) {
+        rc = bad_usage(why);
+        goto out;
+    }
+
+    char tag[32];
+    if (cfg.local)
+        snprintf(tag, sizeof(tag), "local");
+    else
+        snprintf(tag, sizeof(tag), "worker %u", cfg.rank);
+    zps_log_set_tag(tag);
+    if (!cfg.local && opt_flags)
+        zps_warn("optimizer flags are ignored without --local: the servers apply their own");
+
+    zps_trainer_result_t res;
+    if (zps_trainer_run(&cfg, &res) != 0) {
+        rc = 1;
+        goto out;
+    }
+    rc = 0;
+    if (cfg.init_only)
+        goto out;
+    zps_info("%llu training examples in %.2f s without evaluations: %.0f examples/s (%s)",
+             (unsigned long long)res.examples, res.train_seconds,
+             res.train_seconds > 0 ? (double)res.examples / res.train_seconds : 0.0, res.backend);
+    if (!res.evaluated)
+        goto out;
+    if (isnan(res.final.accuracy))
+        printf("final test loss %.6g after %llu clocks, %.1f s\n", res.final.loss,
+               (unsigned long long)res.clocks, res.seconds);
+    else
+        printf("final test accuracy %.4f (loss %.4f) after %llu clocks, %.1f s\n",
+               res.final.accuracy, res.final.loss, (unsigned long long)res.clocks, res.seconds);
+out:
+    free(servers);
+    return rc;
+}
