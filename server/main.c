@@ -34,6 +34,10 @@ static void usage(FILE *f)
             "                         pushed clock t-S-1 (default 0)\n"
             "  --backup-workers B     BSP: take each step once W-B pushes are in (default 0)\n"
             "  --max-pending-pulls K  waiting pulls allowed per worker (default 4)\n"
+            "  --lr-staleness RULE    pushes applied on arrival (ssp, asp): none (default), or\n"
+            "                         inverse: lr / (1 + staleness) (Zhang et al. 2016)\n"
+            "  --worker-timeout SEC   evict a worker silent for SEC seconds so the others go\n"
+            "                         on; it rejoins at the current clock (default 0: never)\n"
             "\n"
             "Optimizer (applied on the server; formulas in docs/optimizers.md):\n"
             "  --optimizer NAME       sgd, momentum, nesterov, adam, adamw, adagrad (default sgd)\n"
@@ -65,6 +69,8 @@ enum {
     OPT_STALENESS,
     OPT_BACKUP,
     OPT_MAX_PENDING,
+    OPT_LR_STALENESS,
+    OPT_WORKER_TIMEOUT,
     OPT_OPTIMIZER,
     OPT_LR,
     OPT_MOMENTUM,
@@ -93,6 +99,8 @@ static const struct option options[] = {
     {"staleness", required_argument, NULL, OPT_STALENESS},
     {"backup-workers", required_argument, NULL, OPT_BACKUP},
     {"max-pending-pulls", required_argument, NULL, OPT_MAX_PENDING},
+    {"lr-staleness", required_argument, NULL, OPT_LR_STALENESS},
+    {"worker-timeout", required_argument, NULL, OPT_WORKER_TIMEOUT},
     {"optimizer", required_argument, NULL, OPT_OPTIMIZER},
     {"lr", required_argument, NULL, OPT_LR},
     {"momentum", required_argument, NULL, OPT_MOMENTUM},
@@ -171,6 +179,21 @@ int main(int argc, char **argv)
             if (zps_parse_long(a, 1, 1024, &l))
                 return bad_flag("--max-pending-pulls", a, "an integer in [1, 1024]");
             cfg.stale.max_pending = (uint32_t)l;
+            break;
+        case OPT_LR_STALENESS:
+            if (strcmp(a, "none") == 0)
+                cfg.lr_staleness = ZPS_LR_STALENESS_NONE;
+            else if (strcmp(a, "inverse") == 0)
+                cfg.lr_staleness = ZPS_LR_STALENESS_INVERSE;
+            else
+                return bad_flag("--lr-staleness", a, "none or inverse");
+            break;
+        case OPT_WORKER_TIMEOUT:
+            if (zps_parse_double(a, &d) || d < 0 || d > 86400)
+                return bad_flag("--worker-timeout", a, "seconds in [0, 86400]");
+            cfg.worker_timeout_ms = (uint64_t)(d * 1000.0 + 0.5);
+            if (d > 0 && cfg.worker_timeout_ms == 0)
+                cfg.worker_timeout_ms = 1;
             break;
         case OPT_OPTIMIZER:
             if (zps_opt_parse(a, &cfg.opt))
@@ -273,6 +296,11 @@ int main(int argc, char **argv)
     }
     if (cfg.stale.backup > 0 && cfg.stale.mode != ZPS_MODE_BSP) {
         fprintf(stderr, "zps-server: --backup-workers applies to --mode bsp only\n");
+        return 2;
+    }
+    if (cfg.lr_staleness != ZPS_LR_STALENESS_NONE && cfg.stale.mode == ZPS_MODE_BSP) {
+        fprintf(stderr, "zps-server: --lr-staleness applies to pushes applied on arrival "
+                        "(--mode ssp or asp); BSP steps are never stale\n");
         return 2;
     }
     if (cfg.stale.staleness > 0 && cfg.stale.mode != ZPS_MODE_SSP) {

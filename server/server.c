@@ -51,7 +51,7 @@ typedef struct slot {
 typedef struct counters {
     uint64_t msgs_in, msgs_out, bytes_in, bytes_out;
     uint64_t inits, pulls, pushes, heartbeats, stats;
-    uint64_t applied, buffered, retries, dropped, steps, errors;
+    uint64_t applied, buffered, retries, dropped, steps, errors, replies_dropped;
     uint64_t errors_by_code[32];
 } counters_t;
 
@@ -63,6 +63,7 @@ typedef struct server {
     uv_loop_t loop;
     uv_poll_t poll;
     uv_idle_t idle;
+    uv_timer_t liveness;
     uv_signal_t sigint, sigterm;
     bool stopping;
 
@@ -76,6 +77,10 @@ typedef struct server {
     uint32_t *batches;
     uint64_t *tokens; /* scratch for ready pulls */
     size_t tokens_cap;
+
+    uint64_t *last_seen_ns; /* [W] last message from each worker */
+    uint64_t *evictions;    /* [W] */
+    uint32_t reply_flags;   /* ZPS_FLAG_* for every reply to the request being handled */
 
     counters_t count;
     zps_vhist_t staleness;
@@ -129,6 +134,20 @@ static void count_error(server_t *s, int code)
         s->count.errors_by_code[idx]++;
 }
 
+/*
+ * A flood of bad requests must not become a flood of log lines: at most 20
+ * warnings per 10-second window.
+ */
+static bool log_allowed(server_t *s)
+{
+    uint64_t window = zps_now_ns() / 10000000000ull;
+    if (window != s->error_log_window) {
+        s->error_log_window = window;
+        s->errors_logged = 0;
+    }
+    return s->errors_logged++ < 20;
+}
+
 static void send_reply(server_t *s, const zps_peer_t *peer, zps_header_t *h, const float *payload,
                        size_t count)
 {
@@ -150,10 +169,14 @@ static void send_reply(server_t *s, const zps_peer_t *peer, zps_header_t *h, con
         rc = zps_wire_send(s->sock, peer, h, NULL, 0, NULL, NULL, ZMQ_DONTWAIT);
     }
     if (rc) {
-        /* ROUTER_MANDATORY: the peer is gone or its queue is full. Its retry,
-         * if it comes back, is answered again: every request is idempotent. */
-        zps_warn("reply to worker %d (request %llu) not sent: %s (%s)", h->worker,
-                 (unsigned long long)h->request_id, zps_strerror(rc), zmq_strerror(zmq_errno()));
+        /* ROUTER_MANDATORY: the peer is gone, or it does not read its replies
+         * and its queue is full. Dropping is what bounds our memory; a retry,
+         * if it comes, is answered again: every request is idempotent. */
+        s->count.replies_dropped++;
+        if (log_allowed(s))
+            zps_warn("reply to worker %d (request %llu) not sent: %s (%s)", h->worker,
+                     (unsigned long long)h->request_id, zps_strerror(rc),
+                     zmq_strerror(zmq_errno()));
         return;
     }
     s->count.msgs_out++;
@@ -170,6 +193,7 @@ __attribute__((format(printf, 5, 6))) static void reply_error(server_t *s, const
     h.worker = req->worker;
     h.clock = req->clock;
     h.status = code;
+    h.flags = s->reply_flags;
     h.model_version = zps_stale_version(s->st);
     h.min_clock = zps_stale_min_clock(s->st);
     va_list ap;
@@ -178,14 +202,7 @@ __attribute__((format(printf, 5, 6))) static void reply_error(server_t *s, const
     va_end(ap);
     count_error(s, code);
 
-    /* A flood of bad requests must not become a flood of log lines: at most
-     * 20 per 10-second window. */
-    uint64_t window = zps_now_ns() / 10000000000ull;
-    if (window != s->error_log_window) {
-        s->error_log_window = window;
-        s->errors_logged = 0;
-    }
-    if (s->errors_logged++ < 20)
+    if (log_allowed(s))
         zps_warn("refused request %llu from worker %d: %s (%s)",
                  (unsigned long long)req->request_id, req->worker, h.error, zps_errname(code));
     send_reply(s, peer, &h, NULL, 0);
@@ -203,6 +220,9 @@ static void reply_header(server_t *s, const zps_header_t *req, zps_header_t *h)
     h->total = s->store.total;
     h->shard_index = s->cfg->shard_index;
     h->shard_count = s->cfg->shard_count;
+    h->flags |= s->reply_flags;
+    if (req->worker >= 0 && (uint32_t)req->worker < s->cfg->stale.workers)
+        h->next_clock = zps_stale_pushed(s->st, (uint32_t)req->worker);
 }
 
 static void answer_pull(server_t *s, const zps_peer_t *peer, const zps_header_t *req)
@@ -451,7 +471,10 @@ static void handle_push(server_t *s, zps_message_t *m)
     zps_header_t h;
     switch (d.action) {
     case ZPS_PUSH_APPLY:
-        zps_store_apply(&s->store, grad, 1.0);
+        zps_store_apply(&s->store, grad,
+                        s->cfg->lr_staleness == ZPS_LR_STALENESS_INVERSE
+                            ? 1.0 / (1.0 + (double)d.staleness)
+                            : 1.0);
         zps_vhist_add(&s->staleness, d.staleness);
         s->count.applied++;
         reply_header(s, req, &h);
@@ -498,13 +521,16 @@ static char *stats_json(server_t *s)
     zps_strbuf_printf(&b,
                       ",\"initialized\":%s,\"total\":%llu,\"range\":[%llu,%llu],"
                       "\"version\":%llu,\"min_clock\":%llu,\"mode\":\"%s\",\"staleness_bound\":%u,"
-                      "\"backup_workers\":%u,\"optimizer\":\"%s\",\"workers\":%u,",
+                      "\"backup_workers\":%u,\"optimizer\":\"%s\",\"lr_staleness\":\"%s\","
+                      "\"worker_timeout_s\":%.3f,\"workers\":%u,",
                       s->store.initialized ? "true" : "false",
                       (unsigned long long)s->store.total, (unsigned long long)s->store.range.lo,
                       (unsigned long long)s->store.range.hi,
                       (unsigned long long)zps_stale_version(s->st),
                       (unsigned long long)zps_stale_min_clock(s->st), zps_mode_name(sc->mode),
-                      sc->staleness, sc->backup, zps_opt_name(&s->cfg->opt), sc->workers);
+                      sc->staleness, sc->backup, zps_opt_name(&s->cfg->opt),
+                      s->cfg->lr_staleness == ZPS_LR_STALENESS_INVERSE ? "inverse" : "none",
+                      (double)s->cfg->worker_timeout_ms / 1e3, sc->workers);
     zps_strbuf_printf(&b, "\"clocks\":[");
     for (uint32_t w = 0; w < sc->workers; w++)
         zps_strbuf_printf(&b, "%s%llu", w ? "," : "",
@@ -512,6 +538,13 @@ static char *stats_json(server_t *s)
     zps_strbuf_printf(&b, "],\"live\":[");
     for (uint32_t w = 0; w < sc->workers; w++)
         zps_strbuf_printf(&b, "%s%s", w ? "," : "", zps_stale_live(s->st, w) ? "true" : "false");
+    zps_strbuf_printf(&b, "],\"evictions\":[");
+    for (uint32_t w = 0; w < sc->workers; w++)
+        zps_strbuf_printf(&b, "%s%llu", w ? "," : "", (unsigned long long)s->evictions[w]);
+    uint64_t now = zps_now_ns();
+    zps_strbuf_printf(&b, "],\"silent_ms\":[");
+    for (uint32_t w = 0; w < sc->workers; w++)
+        zps_strbuf_printf(&b, "%s%.1f", w ? "," : "", (double)(now - s->last_seen_ns[w]) / 1e6);
     zps_strbuf_printf(&b, "],\"dropped_per_worker\":[");
     for (uint32_t w = 0; w < sc->workers; w++)
         zps_strbuf_printf(&b, "%s%llu", w ? "," : "",
@@ -522,7 +555,8 @@ static char *stats_json(server_t *s)
                       "\"messages_out\":%llu,\"bytes_in\":%llu,\"bytes_out\":%llu,\"inits\":%llu,"
                       "\"pulls\":%llu,\"pushes\":%llu,\"applied\":%llu,\"buffered\":%llu,"
                       "\"steps\":%llu,\"retries\":%llu,\"dropped\":%llu,\"heartbeats\":%llu,"
-                      "\"stats\":%llu,\"errors\":%llu},\"errors_by_code\":{",
+                      "\"stats\":%llu,\"errors\":%llu,\"replies_dropped\":%llu},"
+                      "\"errors_by_code\":{",
                       zps_stale_pending(s->st), (unsigned long long)c->msgs_in,
                       (unsigned long long)c->msgs_out, (unsigned long long)c->bytes_in,
                       (unsigned long long)c->bytes_out, (unsigned long long)c->inits,
@@ -530,7 +564,8 @@ static char *stats_json(server_t *s)
                       (unsigned long long)c->applied, (unsigned long long)c->buffered,
                       (unsigned long long)c->steps, (unsigned long long)c->retries,
                       (unsigned long long)c->dropped, (unsigned long long)c->heartbeats,
-                      (unsigned long long)c->stats, (unsigned long long)c->errors);
+                      (unsigned long long)c->stats, (unsigned long long)c->errors,
+                      (unsigned long long)c->replies_dropped);
     const char *sep = "";
     for (int i = 1; i < 32; i++) {
         if (c->errors_by_code[i]) {
@@ -573,6 +608,49 @@ static void handle_heartbeat(server_t *s, zps_message_t *m)
     send_reply(s, &m->peer, &h, NULL, 0);
 }
 
+/*
+ * Any message from a worker shows it is alive. One that had been evicted is
+ * admitted again at the current clock, and the reply to this request says so
+ * (ZPS_FLAG_REJOINED, with next_clock), so it can skip the clocks it missed.
+ */
+static void heard_from(server_t *s, uint32_t w)
+{
+    s->last_seen_ns[w] = zps_now_ns();
+    if (zps_stale_live(s->st, w))
+        return;
+    uint64_t at = zps_stale_rejoin(s->st, w);
+    s->reply_flags |= ZPS_FLAG_REJOINED;
+    zps_info("worker %u is back: admitted again at clock %llu", w, (unsigned long long)at);
+}
+
+static void drain(server_t *s);
+
+/* Evicts workers silent for longer than --worker-timeout; the others go on. */
+static void on_liveness(uv_timer_t *t)
+{
+    server_t *s = t->data;
+    uint64_t now = zps_now_ns();
+    uint64_t limit = s->cfg->worker_timeout_ms * 1000000ull;
+    bool changed = false;
+    for (uint32_t w = 0; w < s->cfg->stale.workers; w++) {
+        if (zps_stale_live(s->st, w) && now - s->last_seen_ns[w] > limit) {
+            zps_stale_evict(s->st, w);
+            s->evictions[w]++;
+            changed = true;
+            zps_warn("worker %u evicted: silent for %.1f s (--worker-timeout %.1f s); the others "
+                     "go on without it",
+                     w, (double)(now - s->last_seen_ns[w]) / 1e9,
+                     (double)s->cfg->worker_timeout_ms / 1e3);
+        }
+    }
+    if (!changed)
+        return;
+    take_bsp_steps(s);
+    answer_ready_pulls(s);
+    /* Replies were sent outside a drain: ZMQ_FD may have been reset. */
+    drain(s);
+}
+
 static void handle(server_t *s, zps_message_t *m, int rc)
 {
     s->count.msgs_in++;
@@ -602,6 +680,9 @@ static void handle(server_t *s, zps_message_t *m, int rc)
         reply_error(s, &m->peer, &m->hdr, ZPS_ETYPE, "a server does not take replies");
         return;
     }
+    s->reply_flags = 0;
+    if (m->hdr.worker >= 0 && (uint32_t)m->hdr.worker < s->cfg->stale.workers)
+        heard_from(s, (uint32_t)m->hdr.worker);
     switch (m->hdr.type) {
     case ZPS_MSG_INIT:
         handle_init(s, m);
@@ -623,6 +704,7 @@ static void handle(server_t *s, zps_message_t *m, int rc)
                     "message type %u is not served by this server", m->hdr.type);
         break;
     }
+    s->reply_flags = 0;
 }
 
 /* ---- the loop ---- */
@@ -691,6 +773,7 @@ static void stop(server_t *s, const char *why)
     uv_poll_stop(&s->poll);
     uv_close((uv_handle_t *)&s->poll, on_close);
     uv_close((uv_handle_t *)&s->idle, on_close);
+    uv_close((uv_handle_t *)&s->liveness, on_close);
     uv_close((uv_handle_t *)&s->sigint, on_close);
     uv_close((uv_handle_t *)&s->sigterm, on_close);
 }
@@ -748,6 +831,8 @@ static void release(server_t *s)
                 zmq_msg_close(&s->slots[w].msg);
     }
     free(s->slots);
+    free(s->last_seen_ns);
+    free(s->evictions);
     free(s->ranks);
     free(s->grads);
     free(s->batches);
@@ -789,7 +874,10 @@ int zps_server_run(const zps_server_config_t *cfg)
     s.batches = calloc(w, sizeof(uint32_t));
     s.tokens_cap = 64;
     s.tokens = calloc(s.tokens_cap, sizeof(uint64_t));
-    if (!s.slots || !s.ranks || !s.grads || !s.batches || !s.tokens) {
+    s.last_seen_ns = calloc(w, sizeof(uint64_t));
+    s.evictions = calloc(w, sizeof(uint64_t));
+    if (!s.slots || !s.ranks || !s.grads || !s.batches || !s.tokens || !s.last_seen_ns ||
+        !s.evictions) {
         release(&s);
         return ZPS_ENOMEM;
     }
@@ -805,10 +893,19 @@ int zps_server_run(const zps_server_config_t *cfg)
     uv_loop_init(&s.loop);
     uv_poll_init(&s.loop, &s.poll, fd);
     uv_idle_init(&s.loop, &s.idle);
+    uv_timer_init(&s.loop, &s.liveness);
     uv_signal_init(&s.loop, &s.sigint);
     uv_signal_init(&s.loop, &s.sigterm);
-    s.poll.data = s.idle.data = s.sigint.data = s.sigterm.data = &s;
+    s.poll.data = s.idle.data = s.liveness.data = s.sigint.data = s.sigterm.data = &s;
     uv_poll_start(&s.poll, UV_READABLE, on_poll);
+    /* A worker that never shows up counts as silent from the start. */
+    for (uint32_t i = 0; i < w; i++)
+        s.last_seen_ns[i] = s.started_ns;
+    if (cfg->worker_timeout_ms > 0) {
+        uint64_t every = cfg->worker_timeout_ms / 4;
+        every = every < 20 ? 20 : every > 1000 ? 1000 : every;
+        uv_timer_start(&s.liveness, on_liveness, every, every);
+    }
     uv_signal_start(&s.sigint, on_signal, SIGINT);
     uv_signal_start(&s.sigterm, on_signal, SIGTERM);
 

@@ -17,6 +17,12 @@
 #include "optimizer.h"
 #include "staleness.h"
 
+/* How pushes applied on arrival (SSP, ASP) scale the learning rate. */
+typedef enum zps_lr_staleness {
+    ZPS_LR_STALENESS_NONE = 0,    /* every push at the configured rate */
+    ZPS_LR_STALENESS_INVERSE = 1, /* lr / (1 + staleness), after Zhang et al. 2016 */
+} zps_lr_staleness_t;
+
 typedef struct zps_server_config {
     const char *listen;        /* ZeroMQ endpoint to bind, e.g. tcp://127.0.0.1:7100 */
     const char *endpoint_file; /* if set, the bound endpoint is written there once listening */
@@ -24,6 +30,8 @@ typedef struct zps_server_config {
     uint32_t shard_count;      /* ... of S */
     zps_stale_config_t stale;
     zps_opt_config_t opt;
+    zps_lr_staleness_t lr_staleness;
+    uint64_t worker_timeout_ms; /* evict a worker silent this long; 0: never */
     bool insecure;             /* allow a non-loopback endpoint without encryption */
     uint64_t max_message_bytes; /* larger inbound messages make ZeroMQ drop the peer */
 } zps_server_config_t;

@@ -49,8 +49,16 @@ typedef struct conn {
     bool have_reply;
 } conn_t;
 
+/* The background thread that keeps a worker from being evicted while it computes. */
+typedef struct heartbeat {
+    pthread_t thread;
+    bool running;
+    int stop[2]; /* a pipe: writing to it ends the thread at once */
+} heartbeat_t;
+
 struct zps_client {
     zps_client_opts_t opts;
+    heartbeat_t hb;
     void *ctx;
     conn_t *conns;
     size_t nconns;
@@ -71,6 +79,7 @@ void zps_client_opts_default(zps_client_opts_t *opts)
     opts->worker = -1;
     opts->timeout_ms = 30000;
     opts->retry_ms = 1000;
+    opts->heartbeat_ms = 1000;
 }
 
 __attribute__((format(printf, 2, 3))) static void set_error(zps_client_t *c, const char *fmt, ...)
@@ -95,6 +104,96 @@ static int open_conn(zps_client_t *c, conn_t *k)
         return ZPS_EINVAL;
     }
     return 0;
+}
+
+/*
+ * The heartbeat thread: its own DEALER per server (ZeroMQ sockets belong to
+ * one thread), HEARTBEAT every heartbeat_ms, replies read and dropped. A
+ * server that is away gets nothing queued (ZMQ_IMMEDIATE), so a long outage
+ * cannot pile up stale heartbeats.
+ */
+static void *heartbeat_main(void *arg)
+{
+    zps_client_t *c = arg;
+    size_t n = c->nconns;
+    void **socks = calloc(n, sizeof(void *));
+    zmq_pollitem_t *items = calloc(n + 1, sizeof(zmq_pollitem_t));
+    if (!socks || !items)
+        goto done;
+    int zero = 0, one = 1;
+    for (size_t i = 0; i < n; i++) {
+        socks[i] = zmq_socket(c->ctx, ZMQ_DEALER);
+        if (!socks[i])
+            goto done;
+        zmq_setsockopt(socks[i], ZMQ_LINGER, &zero, sizeof(zero));
+        zmq_setsockopt(socks[i], ZMQ_IMMEDIATE, &one, sizeof(one));
+        zmq_connect(socks[i], c->conns[i].endpoint);
+        items[i + 1].socket = socks[i];
+        items[i + 1].events = ZMQ_POLLIN;
+    }
+    items[0].fd = c->hb.stop[0];
+    items[0].events = ZMQ_POLLIN;
+    uint64_t id = 0;
+    uint64_t next = zps_now_ns();
+    for (;;) {
+        uint64_t now = zps_now_ns();
+        if (now >= next) {
+            for (size_t i = 0; i < n; i++) {
+                zps_header_t h;
+                zps_header_init(&h, ZPS_MSG_HEARTBEAT);
+                h.worker = c->opts.worker;
+                h.request_id = ++id;
+                h.shard_index = (uint32_t)i;
+                h.shard_count = (uint32_t)n;
+                zps_wire_send(socks[i], NULL, &h, NULL, 0, NULL, NULL, ZMQ_DONTWAIT);
+            }
+            next = now + (uint64_t)c->opts.heartbeat_ms * 1000000ull;
+        }
+        long wait = (long)((next - zps_now_ns() + 999999) / 1000000);
+        if (zmq_poll(items, (int)n + 1, wait < 0 ? 0 : wait) < 0 && zmq_errno() != EINTR)
+            break;
+        if (items[0].revents)
+            break;
+        for (size_t i = 0; i < n; i++) {
+            zps_message_t m;
+            while (items[i + 1].revents && zps_wire_recv(socks[i], ZMQ_DONTWAIT, false, &m) !=
+                                                ZPS_EAGAIN)
+                zps_message_close(&m);
+        }
+    }
+done:
+    for (size_t i = 0; socks && i < n; i++)
+        if (socks[i])
+            zmq_close(socks[i]);
+    free(socks);
+    free(items);
+    return NULL;
+}
+
+static int heartbeat_start(zps_client_t *c)
+{
+    if (pipe(c->hb.stop) != 0)
+        return ZPS_EIO;
+    if (pthread_create(&c->hb.thread, NULL, heartbeat_main, c) != 0) {
+        close(c->hb.stop[0]);
+        close(c->hb.stop[1]);
+        return ZPS_ENOMEM;
+    }
+    c->hb.running = true;
+    return 0;
+}
+
+static void heartbeat_stop(zps_client_t *c)
+{
+    if (!c->hb.running)
+        return;
+    char b = 1;
+    while (write(c->hb.stop[1], &b, 1) < 0 && errno == EINTR) {
+    }
+    pthread_join(c->hb.thread, NULL);
+    close(c->hb.stop[0]);
+    close(c->hb.stop[1]);
+    c->hb.running = false;
 }
 
 int zps_client_new(const char *const *endpoints, size_t count, const zps_client_opts_t *opts,
@@ -124,6 +223,8 @@ int zps_client_new(const char *const *endpoints, size_t count, const zps_client_
         c->conns[i].endpoint = strdup(endpoints[i]);
         rc = c->conns[i].endpoint ? open_conn(c, &c->conns[i]) : ZPS_ENOMEM;
     }
+    if (rc == 0 && c->opts.worker >= 0 && c->opts.heartbeat_ms > 0)
+        rc = heartbeat_start(c);
     if (rc) {
         zps_client_free(c);
         return rc;
@@ -132,10 +233,13 @@ int zps_client_new(const char *const *endpoints, size_t count, const zps_client_
     return 0;
 }
 
+static void heartbeat_stop(zps_client_t *c);
+
 void zps_client_free(zps_client_t *c)
 {
     if (!c)
         return;
+    heartbeat_stop(c);
     for (size_t i = 0; i < c->nconns; i++) {
         zps_message_close(&c->conns[i].reply);
         if (c->conns[i].sock)
@@ -422,6 +526,8 @@ static void collect_info(zps_client_t *c, zps_reply_info_t *info)
             info->min_clock = h->min_clock;
         if (h->staleness > info->staleness)
             info->staleness = h->staleness;
+        if (i == 0 || h->next_clock < info->next_clock)
+            info->next_clock = h->next_clock;
         info->flags |= h->flags;
     }
 }

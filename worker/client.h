@@ -14,6 +14,11 @@
  * values only once, a push already taken is acknowledged without being
  * applied again, a repeated pull is answered once.
  *
+ * Liveness: a worker's client (worker >= 0, heartbeat_ms > 0) runs a
+ * background thread with sockets of its own that tells every server the
+ * worker is alive every heartbeat_ms, so servers started with
+ * --worker-timeout do not evict a worker that is merely slow to compute.
+ *
  * Threading: a client is used by one thread at a time. Different clients are
  * independent.
  */
@@ -30,9 +35,10 @@ typedef struct zps_client_opts {
     int worker;     /* this process's rank, or -1 for tools and observers */
     int timeout_ms; /* each call gives up after this long; -1: wait forever */
     int retry_ms;   /* resend an unanswered request after this long; 0: never */
+    int heartbeat_ms; /* worker >= 0: say "alive" this often from a background thread; 0: never */
 } zps_client_opts_t;
 
-/* worker -1, timeout 30 s, retry 1 s. */
+/* worker -1, timeout 30 s, retry 1 s, heartbeat 1 s (only used when worker >= 0). */
 void zps_client_opts_default(zps_client_opts_t *opts);
 
 /*
@@ -61,6 +67,10 @@ typedef struct zps_reply_info {
     uint64_t max_version; /* highest model version among the shards */
     uint64_t min_clock;   /* lowest min_clock among the shards */
     uint64_t staleness;   /* push: largest staleness a shard recorded */
+    uint64_t next_clock;  /* lowest clock a shard expects next from this worker: where
+                           * to resume after being evicted and admitted again
+                           * (ZPS_FLAG_REJOINED; a shard that is further on treats
+                           * the clocks in between as retries) */
     uint32_t flags;       /* OR of the shards' ZPS_FLAG_* bits */
 } zps_reply_info_t;
 

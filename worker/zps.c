@@ -268,9 +268,10 @@ static int cmd_pull(zps_client_t *c, const args_t *a)
         printf("%s\n", zps_format_float(v[i], buf, sizeof(buf)));
     free(v);
     if (a->verbose)
-        fprintf(stderr, "version %llu..%llu min_clock %llu\n",
+        fprintf(stderr, "version %llu..%llu min_clock %llu%s\n",
                 (unsigned long long)info.min_version, (unsigned long long)info.max_version,
-                (unsigned long long)info.min_clock);
+                (unsigned long long)info.min_clock,
+                info.flags & ZPS_FLAG_REJOINED ? " rejoined" : "");
     return fflush(stdout) == 0 ? 0 : EXIT_REFUSED;
 }
 
@@ -324,6 +325,7 @@ int main(int argc, char **argv)
     opts.worker = (int)a.worker;
     opts.timeout_ms = (int)a.timeout_ms;
     opts.retry_ms = (int)a.retry_ms;
+    opts.heartbeat_ms = 0; /* one request, then gone: nothing to keep alive */
     zps_client_t *c;
     int rc = zps_client_new((const char *const *)servers, nservers, &opts, &c);
     if (rc) {
