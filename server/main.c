@@ -2,10 +2,12 @@
  * main.c - zps-server's command line: flags into a zps_server_config_t,
  * then zps_server_run. A bad flag prints the usage and exits 2.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "error.h"
 #include "log.h"
@@ -54,6 +56,15 @@ static void usage(FILE *f)
             "  --lr-min X             cosine schedule floor (default 0)\n"
             "  --warmup K             linear warm-up over the first K steps (default 0)\n"
             "\n"
+            "Checkpoints (format in docs/checkpoint.md):\n"
+            "  --checkpoint-dir DIR   where this shard's checkpoints go (created if missing);\n"
+            "                         one is also written on SIGTERM and on `zps checkpoint`\n"
+            "  --checkpoint-every K   write one whenever the model version is a multiple of K\n"
+            "  --checkpoint-keep K    keep the newest K of this shard (default 3)\n"
+            "  --resume               start from the newest valid checkpoint in DIR (a corrupt\n"
+            "                         newest file is reported and the one before it used)\n"
+            "  --resume-from FILE     start from this checkpoint\n"
+            "\n"
             "Other:\n"
             "  --log-level LEVEL      debug, info, warn, error (default info)\n"
             "  --help                 this text\n");
@@ -85,6 +96,11 @@ enum {
     OPT_COSINE_STEPS,
     OPT_LR_MIN,
     OPT_WARMUP,
+    OPT_CKPT_DIR,
+    OPT_CKPT_EVERY,
+    OPT_CKPT_KEEP,
+    OPT_RESUME,
+    OPT_RESUME_FROM,
     OPT_LOG_LEVEL,
     OPT_HELP,
 };
@@ -115,6 +131,11 @@ static const struct option options[] = {
     {"cosine-steps", required_argument, NULL, OPT_COSINE_STEPS},
     {"lr-min", required_argument, NULL, OPT_LR_MIN},
     {"warmup", required_argument, NULL, OPT_WARMUP},
+    {"checkpoint-dir", required_argument, NULL, OPT_CKPT_DIR},
+    {"checkpoint-every", required_argument, NULL, OPT_CKPT_EVERY},
+    {"checkpoint-keep", required_argument, NULL, OPT_CKPT_KEEP},
+    {"resume", no_argument, NULL, OPT_RESUME},
+    {"resume-from", required_argument, NULL, OPT_RESUME_FROM},
     {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
@@ -254,6 +275,25 @@ int main(int argc, char **argv)
                 return bad_flag("--warmup", a, "a non-negative integer");
             cfg.opt.warmup = u;
             break;
+        case OPT_CKPT_DIR:
+            cfg.checkpoint_dir = a;
+            break;
+        case OPT_CKPT_EVERY:
+            if (zps_parse_u64(a, &u) || u == 0)
+                return bad_flag("--checkpoint-every", a, "a positive integer");
+            cfg.checkpoint_every = u;
+            break;
+        case OPT_CKPT_KEEP:
+            if (zps_parse_long(a, 1, 1000000, &l))
+                return bad_flag("--checkpoint-keep", a, "an integer in [1, 1000000]");
+            cfg.checkpoint_keep = (unsigned)l;
+            break;
+        case OPT_RESUME:
+            cfg.resume = true;
+            break;
+        case OPT_RESUME_FROM:
+            cfg.resume_from = a;
+            break;
         case OPT_LOG_LEVEL: {
             enum zps_log_level lv;
             if (zps_log_parse_level(a, &lv))
@@ -305,6 +345,19 @@ int main(int argc, char **argv)
     }
     if (cfg.stale.staleness > 0 && cfg.stale.mode != ZPS_MODE_SSP) {
         fprintf(stderr, "zps-server: --staleness applies to --mode ssp only\n");
+        return 2;
+    }
+    if ((cfg.checkpoint_every || cfg.resume) && !cfg.checkpoint_dir) {
+        fprintf(stderr, "zps-server: --checkpoint-every and --resume need --checkpoint-dir\n");
+        return 2;
+    }
+    if (cfg.resume && cfg.resume_from) {
+        fprintf(stderr, "zps-server: give --resume or --resume-from, not both\n");
+        return 2;
+    }
+    if (cfg.checkpoint_dir && mkdir(cfg.checkpoint_dir, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "zps-server: cannot create --checkpoint-dir %s: %s\n", cfg.checkpoint_dir,
+                strerror(errno));
         return 2;
     }
     if (!cfg.insecure && !zps_endpoint_is_local(cfg.listen)) {

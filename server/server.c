@@ -22,6 +22,7 @@
 #include <uv.h>
 #include <zmq.h>
 
+#include "checkpoint.h"
 #include "error.h"
 #include "log.h"
 #include "stats.h"
@@ -48,14 +49,33 @@ typedef struct slot {
     uint64_t based_on;
 } slot_t;
 
+/*
+ * A checkpoint on its way to disk: a copy of the shard's state taken on the
+ * loop, written by a threadpool thread, reported back on the loop.
+ */
+typedef struct ckpt_job {
+    uv_work_t work;
+    struct server *s;
+    zps_ckpt_t snap; /* arrays are this job's copies */
+    int rc;
+    char path[4096];
+    char why[512];
+    bool has_requester; /* a CHECKPOINT request waits for the outcome */
+    zps_peer_t peer;
+    zps_header_t req;
+    struct ckpt_job *next;
+} ckpt_job_t;
+
 typedef struct counters {
     uint64_t msgs_in, msgs_out, bytes_in, bytes_out;
     uint64_t inits, pulls, pushes, heartbeats, stats;
     uint64_t applied, buffered, retries, dropped, steps, errors, replies_dropped;
+    uint64_t checkpoints, checkpoint_failures;
     uint64_t errors_by_code[32];
 } counters_t;
 
-typedef struct server {
+typedef struct server server_t;
+struct server {
     const zps_server_config_t *cfg;
     char endpoint[256];
     char tag[64];
@@ -88,7 +108,14 @@ typedef struct server {
     uint64_t started_ns;
     uint64_t errors_logged;
     uint64_t error_log_window;
-} server_t;
+
+    ckpt_job_t *ckpt_running; /* on the threadpool */
+    ckpt_job_t *ckpt_queue;   /* waiting for it, oldest first */
+    size_t ckpt_queued;
+    bool ckpt_taken;          /* a checkpoint of version ckpt_version exists or is on its way */
+    uint64_t ckpt_version;
+    char ckpt_last_path[4096];
+};
 
 void zps_server_config_default(zps_server_config_t *cfg)
 {
@@ -99,6 +126,7 @@ void zps_server_config_default(zps_server_config_t *cfg)
     cfg->stale.mode = ZPS_MODE_BSP;
     cfg->stale.max_pending = 4;
     cfg->max_message_bytes = 4ull << 30;
+    cfg->checkpoint_keep = 3;
     zps_opt_config_default(&cfg->opt);
 }
 
@@ -246,6 +274,207 @@ static void answer_ready_pulls(server_t *s)
             free(p);
         }
     }
+}
+
+/* ---- checkpoints ---- */
+
+static void drain(server_t *s);
+
+static void job_free(ckpt_job_t *j)
+{
+    if (!j)
+        return;
+    free(j->snap.params);
+    for (uint32_t i = 0; i < j->snap.nstate; i++)
+        free(j->snap.state[i]);
+    free(j->snap.pushed);
+    free(j->snap.live);
+    free(j->snap.dropped);
+    free(j);
+}
+
+static float *copy_floats(const float *src, size_t n)
+{
+    float *d = malloc(n ? n * sizeof(float) : 1);
+    if (d && n)
+        memcpy(d, src, n * sizeof(float));
+    return d;
+}
+
+/* Copies the shard's state into a new job. NULL when out of memory. */
+static ckpt_job_t *snapshot(server_t *s)
+{
+    ckpt_job_t *j = calloc(1, sizeof(*j));
+    if (!j)
+        return NULL;
+    j->s = s;
+    zps_ckpt_t *c = &j->snap;
+    zps_ckpt_init(c);
+    const zps_stale_config_t *sc = &s->cfg->stale;
+    c->shard_index = s->cfg->shard_index;
+    c->shard_count = s->cfg->shard_count;
+    c->total = s->store.total;
+    c->range = s->store.range;
+    c->version = zps_stale_version(s->st);
+    c->opt = *zps_optimizer_config(s->store.opt);
+    c->opt_steps = zps_optimizer_steps(s->store.opt);
+    c->mode = sc->mode;
+    c->workers = sc->workers;
+    c->staleness = sc->staleness;
+    c->backup = sc->backup;
+    c->pushed = calloc(sc->workers, sizeof(uint64_t));
+    c->live = calloc(sc->workers, sizeof(bool));
+    c->dropped = calloc(sc->workers, sizeof(uint64_t));
+    c->params = copy_floats(s->store.params, s->store.len);
+    bool ok = c->pushed && c->live && c->dropped && c->params;
+    for (uint32_t w = 0; ok && w < sc->workers; w++) {
+        /* A push buffered for the step in progress is not in the saved
+         * parameters: the restored shard expects it again. */
+        uint64_t p = zps_stale_pushed(s->st, w);
+        c->pushed[w] = sc->mode == ZPS_MODE_BSP && p > c->version ? c->version : p;
+        c->live[w] = zps_stale_live(s->st, w);
+        c->dropped[w] = zps_stale_dropped(s->st, w);
+    }
+    c->nstate = (uint32_t)zps_optimizer_state_count(s->store.opt);
+    for (uint32_t i = 0; ok && i < c->nstate; i++) {
+        const char *name;
+        float *st = zps_optimizer_state(s->store.opt, i, &name);
+        snprintf(c->state_names[i], sizeof(c->state_names[i]), "%s", name);
+        c->state[i] = copy_floats(st, s->store.len);
+        ok = c->state[i] != NULL;
+    }
+    if (!ok) {
+        job_free(j);
+        return NULL;
+    }
+    return j;
+}
+
+/* Runs on a threadpool thread: the only blocking file I/O of the daemon. */
+static void ckpt_work(uv_work_t *w)
+{
+    ckpt_job_t *j = w->data;
+    const zps_server_config_t *cfg = j->s->cfg;
+    j->rc = zps_ckpt_write(cfg->checkpoint_dir, &j->snap, j->path, sizeof(j->path), j->why,
+                           sizeof(j->why));
+    if (j->rc == 0)
+        zps_ckpt_prune(cfg->checkpoint_dir, cfg->shard_index, cfg->shard_count,
+                       cfg->checkpoint_keep);
+}
+
+static void ckpt_start_next(server_t *s);
+
+static void ckpt_report(server_t *s, ckpt_job_t *j)
+{
+    if (j->rc == 0) {
+        s->count.checkpoints++;
+        snprintf(s->ckpt_last_path, sizeof(s->ckpt_last_path), "%s", j->path);
+        zps_info("checkpoint of version %llu written to %s", (unsigned long long)j->snap.version,
+                 j->path);
+    } else {
+        s->count.checkpoint_failures++;
+        zps_error("checkpoint of version %llu failed: %s", (unsigned long long)j->snap.version,
+                  j->why);
+    }
+    if (!j->has_requester)
+        return;
+    if (j->rc) {
+        reply_error(s, &j->peer, &j->req, j->rc, "checkpoint failed: %s", j->why);
+        return;
+    }
+    zps_strbuf_t b;
+    zps_strbuf_init(&b);
+    zps_strbuf_printf(&b, "{\"version\":%llu,\"path\":", (unsigned long long)j->snap.version);
+    zps_strbuf_json_string(&b, j->path);
+    zps_strbuf_printf(&b, "}");
+    char *json = zps_strbuf_take(&b);
+    zps_header_t h;
+    reply_header(s, &j->req, &h);
+    h.model_version = j->snap.version;
+    h.json = json;
+    send_reply(s, &j->peer, &h, NULL, 0);
+    free(json);
+}
+
+static void ckpt_after(uv_work_t *w, int status)
+{
+    ckpt_job_t *j = w->data;
+    server_t *s = j->s;
+    if (status != 0 && j->rc == 0) {
+        j->rc = ZPS_EIO;
+        snprintf(j->why, sizeof(j->why), "threadpool: %s", uv_strerror(status));
+    }
+    s->ckpt_running = NULL;
+    ckpt_report(s, j);
+    job_free(j);
+    ckpt_start_next(s);
+    /* Replies were sent outside a drain. */
+    drain(s);
+}
+
+static void ckpt_start_next(server_t *s)
+{
+    if (s->ckpt_running || !s->ckpt_queue)
+        return;
+    ckpt_job_t *j = s->ckpt_queue;
+    s->ckpt_queue = j->next;
+    s->ckpt_queued--;
+    s->ckpt_running = j;
+    j->work.data = j;
+    int rc = uv_queue_work(&s->loop, &j->work, ckpt_work, ckpt_after);
+    if (rc != 0) {
+        j->rc = ZPS_EIO;
+        snprintf(j->why, sizeof(j->why), "threadpool: %s", uv_strerror(rc));
+        s->ckpt_running = NULL;
+        ckpt_report(s, j);
+        job_free(j);
+    }
+}
+
+/*
+ * Takes a checkpoint of the current version and queues it for writing.
+ * `peer`/`req` (may be NULL) are a CHECKPOINT request to answer once it is
+ * on disk. Returns 0 or a ZPS_E* code (nothing queued).
+ */
+static int checkpoint(server_t *s, const zps_peer_t *peer, const zps_header_t *req)
+{
+    if (!s->cfg->checkpoint_dir)
+        return ZPS_EMODE;
+    if (!s->store.initialized)
+        return ZPS_ENOTINIT;
+    /* Writes slower than the checkpoints come must not pile up copies. */
+    if (s->ckpt_queued >= 2)
+        return ZPS_EBUSY;
+    ckpt_job_t *j = snapshot(s);
+    if (!j)
+        return ZPS_ENOMEM;
+    if (peer) {
+        j->has_requester = true;
+        j->peer = *peer;
+        j->req = *req;
+        j->req.json = NULL;
+    }
+    ckpt_job_t **tail = &s->ckpt_queue;
+    while (*tail)
+        tail = &(*tail)->next;
+    *tail = j;
+    s->ckpt_queued++;
+    s->ckpt_taken = true;
+    s->ckpt_version = j->snap.version;
+    ckpt_start_next(s);
+    return 0;
+}
+
+/* After the version moved: a checkpoint when it is a multiple of --checkpoint-every. */
+static void maybe_checkpoint(server_t *s)
+{
+    uint64_t v = zps_stale_version(s->st);
+    uint64_t every = s->cfg->checkpoint_every;
+    if (!every || v % every != 0 || (s->ckpt_taken && s->ckpt_version == v))
+        return;
+    int rc = checkpoint(s, NULL, NULL);
+    if (rc)
+        zps_error("no checkpoint of version %llu: %s", (unsigned long long)v, zps_strerror(rc));
 }
 
 /* ---- request checks shared by INIT, PULL and PUSH ---- */
@@ -429,6 +658,7 @@ static void take_bsp_steps(server_t *s)
         zps_stale_step_done(s->st);
         s->count.steps++;
         zps_debug("step for clock %llu from %u pushes", (unsigned long long)clock, k);
+        maybe_checkpoint(s);
     }
 }
 
@@ -477,6 +707,7 @@ static void handle_push(server_t *s, zps_message_t *m)
                             : 1.0);
         zps_vhist_add(&s->staleness, d.staleness);
         s->count.applied++;
+        maybe_checkpoint(s);
         reply_header(s, req, &h);
         h.staleness = d.staleness;
         break;
@@ -578,6 +809,11 @@ static char *stats_json(server_t *s)
     zps_vhist_json(&s->staleness, &b);
     zps_strbuf_printf(&b, ",\"pull_wait\":");
     zps_thist_json(&s->pull_wait, &b);
+    zps_strbuf_printf(&b, ",\"checkpoints\":{\"written\":%llu,\"failed\":%llu,\"last\":",
+                      (unsigned long long)s->count.checkpoints,
+                      (unsigned long long)s->count.checkpoint_failures);
+    zps_strbuf_json_string(&b, s->ckpt_last_path);
+    zps_strbuf_printf(&b, "}");
     zps_strbuf_printf(&b, ",\"uptime_s\":%.3f}",
                       (double)(zps_now_ns() - s->started_ns) / 1e9);
     return zps_strbuf_take(&b);
@@ -596,6 +832,21 @@ static void handle_stats(server_t *s, zps_message_t *m)
     h.json = json;
     send_reply(s, &m->peer, &h, NULL, 0);
     free(json);
+}
+
+static void handle_checkpoint(server_t *s, zps_message_t *m)
+{
+    if (!check_worker(s, &m->peer, &m->hdr, true) || !check_shard(s, &m->peer, &m->hdr))
+        return;
+    int rc = checkpoint(s, &m->peer, &m->hdr);
+    if (rc == ZPS_EMODE)
+        reply_error(s, &m->peer, &m->hdr, rc, "this server has no --checkpoint-dir");
+    else if (rc == ZPS_ENOTINIT)
+        reply_error(s, &m->peer, &m->hdr, rc, "nothing to save: the model is not initialised");
+    else if (rc)
+        reply_error(s, &m->peer, &m->hdr, rc, "cannot take a checkpoint now: %s",
+                    zps_strerror(rc));
+    /* On success the reply comes when the file is on disk. */
 }
 
 static void handle_heartbeat(server_t *s, zps_message_t *m)
@@ -699,6 +950,9 @@ static void handle(server_t *s, zps_message_t *m, int rc)
     case ZPS_MSG_HEARTBEAT:
         handle_heartbeat(s, m);
         break;
+    case ZPS_MSG_CHECKPOINT:
+        handle_checkpoint(s, m);
+        break;
     default:
         reply_error(s, &m->peer, &m->hdr, ZPS_EMODE,
                     "message type %u is not served by this server", m->hdr.type);
@@ -780,7 +1034,123 @@ static void stop(server_t *s, const char *why)
 
 static void on_signal(uv_signal_t *h, int signum)
 {
-    stop(h->data, signum == SIGINT ? "SIGINT" : "SIGTERM");
+    server_t *s = h->data;
+    /* SIGTERM is the operator's "stop now, keep the work": the state goes to
+     * disk before the shard goes away (the loop runs until it is written). */
+    if (signum == SIGTERM && s->cfg->checkpoint_dir && s->store.initialized &&
+        !(s->ckpt_taken && s->ckpt_version == zps_stale_version(s->st))) {
+        int rc = checkpoint(s, NULL, NULL);
+        if (rc)
+            zps_error("no checkpoint at shutdown: %s", zps_strerror(rc));
+    }
+    stop(s, signum == SIGINT ? "SIGINT" : "SIGTERM");
+}
+
+/* Optimizer settings a restart may change (the kind may not): names those that differ. */
+static void note_optimizer_changes(const zps_opt_config_t *was, const zps_opt_config_t *now)
+{
+    char diff[512] = "";
+    size_t n = 0;
+#define ZPS_OPT_DIFF(field, flag)                                                                  \
+    if (was->field != now->field && n < sizeof(diff))                                              \
+        n += (size_t)snprintf(diff + n, sizeof(diff) - n, " " flag);
+    ZPS_OPT_DIFF(lr, "--lr")
+    ZPS_OPT_DIFF(momentum, "--momentum")
+    ZPS_OPT_DIFF(nesterov, "--nesterov")
+    ZPS_OPT_DIFF(beta1, "--beta1")
+    ZPS_OPT_DIFF(beta2, "--beta2")
+    ZPS_OPT_DIFF(eps, "--eps")
+    ZPS_OPT_DIFF(weight_decay, "--weight-decay")
+    ZPS_OPT_DIFF(schedule, "--schedule")
+    ZPS_OPT_DIFF(step_every, "--step-every")
+    ZPS_OPT_DIFF(gamma, "--gamma")
+    ZPS_OPT_DIFF(cosine_steps, "--cosine-steps")
+    ZPS_OPT_DIFF(lr_min, "--lr-min")
+    ZPS_OPT_DIFF(warmup, "--warmup")
+#undef ZPS_OPT_DIFF
+    if (n)
+        zps_warn("optimizer settings differ from the checkpoint's (%s ); continuing with this "
+                 "command line's",
+                 diff + 1);
+}
+
+/*
+ * --resume / --resume-from: loads a checkpoint into the store and the
+ * staleness controller. Returns 0 (also when --resume finds no checkpoint at
+ * all: the shard starts empty), or a ZPS_E* code after logging why the
+ * shard must not start.
+ */
+static int resume(server_t *s)
+{
+    const zps_server_config_t *cfg = s->cfg;
+    zps_ckpt_t ck;
+    zps_ckpt_init(&ck);
+    char path[4096] = "", why[2048] = "";
+    int rc;
+    if (cfg->resume_from) {
+        snprintf(path, sizeof(path), "%s", cfg->resume_from);
+        rc = zps_ckpt_read(path, &ck, why, sizeof(why));
+        if (rc == 0 && (rc = zps_ckpt_check_shard(&ck, cfg->shard_index, cfg->shard_count, 0,
+                                                  why, sizeof(why))) != 0)
+            zps_ckpt_fini(&ck);
+    } else {
+        rc = zps_ckpt_find_latest(cfg->checkpoint_dir, cfg->shard_index, cfg->shard_count, &ck,
+                                  path, sizeof(path), why, sizeof(why));
+        /* The report names every newer file that was skipped, and why. */
+        if (rc == 0 && why[0])
+            zps_warn("skipped checkpoints: %s", why);
+        if (rc == ZPS_EIO) {
+            zps_info("--resume: %s; starting empty", why);
+            return 0;
+        }
+    }
+    if (rc) {
+        zps_error("cannot resume from %s: %s", path[0] ? path : cfg->checkpoint_dir, why);
+        return rc;
+    }
+
+    const zps_stale_config_t *sc = &cfg->stale;
+    if (ck.mode != sc->mode || ck.workers != sc->workers || ck.staleness != sc->staleness ||
+        ck.backup != sc->backup) {
+        zps_error("cannot resume from %s: it was written by a %s shard for %u workers "
+                  "(staleness %u, %u backup), this one is %s for %u (staleness %u, %u backup)",
+                  path, zps_mode_name(ck.mode), ck.workers, ck.staleness, ck.backup,
+                  zps_mode_name(sc->mode), sc->workers, sc->staleness, sc->backup);
+        zps_ckpt_fini(&ck);
+        return ZPS_EINVAL;
+    }
+    if (ck.opt.kind != cfg->opt.kind || ck.opt.nesterov != cfg->opt.nesterov) {
+        zps_error("cannot resume from %s: its optimizer is %s, this shard's is %s (their state "
+                  "differs)",
+                  path, zps_opt_name(&ck.opt), zps_opt_name(&cfg->opt));
+        zps_ckpt_fini(&ck);
+        return ZPS_EINVAL;
+    }
+    note_optimizer_changes(&ck.opt, &cfg->opt);
+    rc = zps_store_set(&s->store, ck.total, ck.range, ck.params, &cfg->opt);
+    if (rc) {
+        zps_error("cannot resume from %s: %s", path, zps_strerror(rc));
+        zps_ckpt_fini(&ck);
+        return rc;
+    }
+    for (uint32_t i = 0; i < ck.nstate; i++) {
+        const char *name;
+        float *st = zps_optimizer_state(s->store.opt, i, &name);
+        ZPS_ASSERT(strcmp(name, ck.state_names[i]) == 0);
+        if (s->store.len)
+            memcpy(st, ck.state[i], s->store.len * sizeof(float));
+    }
+    zps_optimizer_set_steps(s->store.opt, ck.opt_steps);
+    zps_stale_restore(s->st, ck.version, ck.pushed, ck.live, ck.dropped);
+    s->ckpt_taken = true;
+    s->ckpt_version = ck.version;
+    snprintf(s->ckpt_last_path, sizeof(s->ckpt_last_path), "%s", path);
+    zps_info("resumed from %s: version %llu, N = %llu, range [%llu, %llu), optimizer step %llu",
+             path, (unsigned long long)ck.version, (unsigned long long)ck.total,
+             (unsigned long long)ck.range.lo, (unsigned long long)ck.range.hi,
+             (unsigned long long)ck.opt_steps);
+    zps_ckpt_fini(&ck);
+    return 0;
 }
 
 static int write_endpoint_file(const char *path, const char *endpoint)
@@ -837,6 +1207,11 @@ static void release(server_t *s)
     free(s->grads);
     free(s->batches);
     free(s->tokens);
+    while (s->ckpt_queue) {
+        ckpt_job_t *j = s->ckpt_queue;
+        s->ckpt_queue = j->next;
+        job_free(j);
+    }
     zps_stale_free(s->st);
     zps_store_fini(&s->store);
     if (s->sock)
@@ -880,6 +1255,13 @@ int zps_server_run(const zps_server_config_t *cfg)
         !s.evictions) {
         release(&s);
         return ZPS_ENOMEM;
+    }
+    if (cfg->resume || cfg->resume_from) {
+        rc = resume(&s);
+        if (rc) {
+            release(&s);
+            return rc;
+        }
     }
     rc = open_socket(&s);
     if (rc) {

@@ -2,6 +2,13 @@
  * server.h - zps-server's daemon: one shard behind a ZeroMQ ROUTER socket,
  * driven by a libuv loop.
  *
+ * Checkpoints (server/checkpoint.c has the format) are written every
+ * checkpoint_every versions, on SIGTERM and on a CHECKPOINT request: the loop
+ * copies the shard's state, a threadpool thread writes and syncs it, and the
+ * result comes back to the loop. Under BSP a checkpoint is taken between
+ * steps and records pushed[w] clamped to the version: a push buffered for
+ * the step in progress is not saved, and its worker pushes it again.
+ *
  * The loop polls the socket's file descriptor, decodes each request
  * (common/wire.c), asks the staleness controller (staleness.c) what to do,
  * carries out its decisions on the store (store.c) and replies. SIGINT and
@@ -31,6 +38,11 @@ typedef struct zps_server_config {
     zps_stale_config_t stale;
     zps_opt_config_t opt;
     zps_lr_staleness_t lr_staleness;
+    const char *checkpoint_dir;  /* where checkpoints go; NULL: none */
+    uint64_t checkpoint_every;   /* also write one whenever the version is a multiple; 0: never */
+    unsigned checkpoint_keep;    /* newest checkpoints kept per shard (>= 1) */
+    bool resume;                 /* start from the newest valid checkpoint in checkpoint_dir */
+    const char *resume_from;     /* start from this checkpoint file */
     uint64_t worker_timeout_ms; /* evict a worker silent this long; 0: never */
     bool insecure;             /* allow a non-loopback endpoint without encryption */
     uint64_t max_message_bytes; /* larger inbound messages make ZeroMQ drop the peer */

@@ -385,14 +385,16 @@ const zps_stale_config_t *zps_stale_config(const zps_staleness_t *st)
 }
 
 void zps_stale_restore(zps_staleness_t *st, uint64_t version, const uint64_t *pushed,
-                       const bool *live)
+                       const bool *live, const uint64_t *dropped)
 {
+    st->initialized = true;
     st->version = version;
     st->filled = 0;
     st->step_taken = false;
     for (uint32_t w = 0; w < st->cfg.workers; w++) {
         st->pushed[w] = pushed[w];
         st->live[w] = live[w];
+        st->dropped[w] = dropped[w];
         st->slot_clock[w] = NO_CLOCK;
     }
 }

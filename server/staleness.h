@@ -138,8 +138,11 @@ uint64_t zps_stale_dropped(const zps_staleness_t *st, uint32_t w);
 size_t zps_stale_pending(const zps_staleness_t *st);
 const zps_stale_config_t *zps_stale_config(const zps_staleness_t *st);
 
-/* Restoring a checkpoint: sets v, pushed[] and live[] (arrays of W entries). */
+/*
+ * Restoring a checkpoint: sets v, pushed[], live[] and dropped[] (arrays of
+ * W entries) and marks the model initialised. Waiting pulls are kept.
+ */
 void zps_stale_restore(zps_staleness_t *st, uint64_t version, const uint64_t *pushed,
-                       const bool *live);
+                       const bool *live, const uint64_t *dropped);
 
 #endif

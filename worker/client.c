@@ -27,6 +27,7 @@
 #include "error.h"
 #include "log.h"
 #include "shard.h"
+#include "strbuf.h"
 #include "timeutil.h"
 #include "wire.h"
 
@@ -673,6 +674,25 @@ static int simple_call(zps_client_t *c, enum zps_msg_type type)
     for (size_t i = 0; i < c->nconns; i++)
         zps_message_close(&c->conns[i].reply);
     return rc;
+}
+
+int zps_client_checkpoint(zps_client_t *c, char **report)
+{
+    begin(c, ZPS_MSG_CHECKPOINT);
+    int rc = exchange(c);
+    zps_strbuf_t b;
+    zps_strbuf_init(&b);
+    for (size_t i = 0; i < c->nconns; i++) {
+        if (rc == 0)
+            zps_strbuf_printf(&b, "%s\n", c->conns[i].reply.json ? c->conns[i].reply.json : "{}");
+        zps_message_close(&c->conns[i].reply);
+    }
+    if (rc) {
+        zps_strbuf_fini(&b);
+        return rc;
+    }
+    *report = zps_strbuf_take(&b);
+    return *report ? 0 : ZPS_ENOMEM;
 }
 
 int zps_client_heartbeat(zps_client_t *c)

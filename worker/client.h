@@ -108,6 +108,15 @@ int zps_client_push(zps_client_t *c, uint64_t clock, const float *grad, uint64_t
 int zps_client_stats(zps_client_t *c, size_t index, char **json);
 
 /*
+ * Asks every shard to write a checkpoint of its current version and waits
+ * until each is on disk (or failed). *report is malloc'd (caller frees): one
+ * line per shard, its JSON answer {"version":V,"path":"..."}. Returns 0 or a
+ * ZPS_E* code (ZPS_EREMOTE: a shard without --checkpoint-dir, or a failed
+ * write; see zps_client_last_error).
+ */
+int zps_client_checkpoint(zps_client_t *c, char **report);
+
+/*
  * Tells every shard this worker is alive (no reply needed by the caller
  * beyond the acknowledgement). Returns 0 or a ZPS_E* code.
  */

@@ -5,6 +5,8 @@
  *   zps push  --servers ... --worker R --clock T --batch N --values G1[,G2...]
  *   zps pull  --servers ... [--worker R] [--clock T] [--timeout-ms MS] [--verbose]
  *   zps stats --servers ...
+ *   zps checkpoint --servers ...
+ *   zps checkpoint inspect FILE
  *
  * Exit status: 0 success, 1 a server refused (its reason on stderr) or could
  * not be reached, 2 bad usage, 3 a pull that timed out.
@@ -16,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt_inspect.h"
 #include "client.h"
 #include "error.h"
 #include "log.h"
@@ -39,6 +42,12 @@ static void usage(FILE *f)
             "          decimal that reads back as the same float32: [--worker R] [--clock T]\n"
             "          (without --worker: an observer's view, answered at once)\n"
             "  stats   print each server's statistics as one JSON line\n"
+            "  checkpoint\n"
+            "          have every server write a checkpoint now (needs --checkpoint-dir on\n"
+            "          the servers); prints each one's version and file\n"
+            "  checkpoint inspect FILE\n"
+            "          print a checkpoint's header and verify every section's checksum\n"
+            "          (exit 0 valid, 1 invalid, 2 unreadable)\n"
             "\n"
             "Options:\n"
             "  --servers LIST     server endpoints in shard order, comma-separated\n"
@@ -275,6 +284,18 @@ static int cmd_pull(zps_client_t *c, const args_t *a)
     return fflush(stdout) == 0 ? 0 : EXIT_REFUSED;
 }
 
+static int cmd_checkpoint(zps_client_t *c, const args_t *a)
+{
+    (void)a;
+    char *report;
+    int rc = zps_client_checkpoint(c, &report);
+    if (rc)
+        return fail(c, rc);
+    printf("%s", report);
+    free(report);
+    return 0;
+}
+
 static int cmd_stats(zps_client_t *c, const args_t *a)
 {
     (void)a;
@@ -300,10 +321,17 @@ int main(int argc, char **argv)
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? EXIT_USAGE : 0;
     }
+    if (strcmp(argv[1], "checkpoint") == 0 && argc >= 3 && strcmp(argv[2], "inspect") == 0) {
+        if (argc != 4)
+            return usage_error("usage: zps checkpoint inspect FILE");
+        return zps_cmd_checkpoint_inspect(argv[3]);
+    }
     static const struct {
         const char *name;
         int (*fn)(zps_client_t *, const args_t *);
-    } cmds[] = {{"init", cmd_init}, {"push", cmd_push}, {"pull", cmd_pull}, {"stats", cmd_stats}};
+    } cmds[] = {{"init", cmd_init},   {"push", cmd_push},
+                {"pull", cmd_pull},   {"stats", cmd_stats},
+                {"checkpoint", cmd_checkpoint}};
     int (*fn)(zps_client_t *, const args_t *) = NULL;
     for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
         if (strcmp(argv[1], cmds[i].name) == 0)

@@ -1,0 +1,1595 @@
+/*
+ * checkpoint.c - the shard checkpoint file; see checkpoint.h, and
+ * docs/checkpoint.md for the byte layout this file implements.
+ *
+ * Writing streams every section through one buffer, encoding to
+ * little-endian and checksumming as it goes, then fills in the header and the
+ * section table at the front, syncs and renames. Reading makes its checks in
+ * the order they become possible: magic, format version, the header's
+ * checksum, the table's checksum and layout, then for each section its
+ * length, its bytes, its checksum, and whether its contents are a valid
+ * shard state. No field is used before its checksum has been verified, and
+ * no allocation is larger than the file.
+ *
+ * Not here: what the server puts into a checkpoint and how it restores one
+ * (server.c), and printing one for people (worker/ckpt_inspect.c).
+ */
+#include "checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "checksum.h"
+#include "error.h"
+
+/* Fixed sizes of format version 1, in bytes (docs/checkpoint.md). */
+#define HEADER_BYTES 64
+#define HEADER_CRC_AT 60
+#define ENTRY_BYTES 24
+#define SHARD_BYTES 40
+#define OPT_FIXED_BYTES 112
+#define WORKERS_FIXED_BYTES 16
+#define WORKER_BYTES 17 /* pushed u64, dropped u64, live u8 */
+
+/* The I/O buffer: sections stream through it in pieces of this size. */
+#define CHUNK_BYTES (256u * 1024u)
+
+/* ---- little-endian encoding ---- */
+
+static void put_u32(uint8_t *p, uint32_t x)
+{
+    p[0] = (uint8_t)x;
+    p[1] = (uint8_t)(x >> 8);
+    p[2] = (uint8_t)(x >> 16);
+    p[3] = (uint8_t)(x >> 24);
+}
+
+static void put_u64(uint8_t *p, uint64_t x)
+{
+    put_u32(p, (uint32_t)x);
+    put_u32(p + 4, (uint32_t)(x >> 32));
+}
+
+static uint32_t get_u32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint64_t get_u64(const uint8_t *p)
+{
+    return (uint64_t)get_u32(p) | (uint64_t)get_u32(p + 4) << 32;
+}
+
+/* IEEE-754 values travel as their bit patterns: exact, NaN payloads included. */
+static void put_f64(uint8_t *p, double x)
+{
+    uint64_t u;
+    memcpy(&u, &x, sizeof(u));
+    put_u64(p, u);
+}
+
+static double get_f64(const uint8_t *p)
+{
+    uint64_t u = get_u64(p);
+    double x;
+    memcpy(&x, &u, sizeof(x));
+    return x;
+}
+
+static void put_f32(uint8_t *p, float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof(u));
+    put_u32(p, u);
+}
+
+static float get_f32(const uint8_t *p)
+{
+    uint32_t u = get_u32(p);
+    float x;
+    memcpy(&x, &u, sizeof(x));
+    return x;
+}
+
+/* ---- messages ---- */
+
+static void say(char *why, size_t why_size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void say(char *why, size_t why_size, const char *fmt, ...)
+{
+    if (why == NULL || why_size == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, why_size, fmt, ap);
+    va_end(ap);
+}
+
+/* Appends one line to a report buffer, keeping it NUL-terminated. */
+static void report_add(char *rep, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void report_add(char *rep, size_t size, const char *fmt, ...)
+{
+    if (rep == NULL || size == 0)
+        return;
+    size_t len = strnlen(rep, size);
+    if (len + 1 >= size)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(rep + len, size - len, fmt, ap);
+    va_end(ap);
+}
+
+static const char *section_base_name(uint32_t id)
+{
+    switch (id) {
+    case ZPS_CKPT_SEC_SHARD:
+        return "shard";
+    case ZPS_CKPT_SEC_OPTIMIZER:
+        return "optimizer";
+    case ZPS_CKPT_SEC_WORKERS:
+        return "workers";
+    case ZPS_CKPT_SEC_PARAMS:
+        return "params";
+    }
+    return "?";
+}
+
+/* "optimizer m" once the optimizer section has named state i, else "optimizer state i". */
+static void section_name(uint32_t id, const char *state_name, char *buf, size_t size)
+{
+    if (id >= ZPS_CKPT_SEC_STATE) {
+        if (state_name && state_name[0])
+            snprintf(buf, size, "optimizer %s", state_name);
+        else
+            snprintf(buf, size, "optimizer state %u", (unsigned)(id - ZPS_CKPT_SEC_STATE));
+    } else {
+        snprintf(buf, size, "%s", section_base_name(id));
+    }
+}
+
+/* ---- what makes a shard state valid (shared by the writer and the reader) ---- */
+
+static int check_shard_fields(const zps_ckpt_t *c, char *why, size_t why_size)
+{
+    if (c->shard_count < 1 || c->shard_index >= c->shard_count) {
+        say(why, why_size, "shard %" PRIu32 "/%" PRIu32 " does not exist (need I < S)",
+            c->shard_index, c->shard_count);
+        return -1;
+    }
+    if (c->range.lo > c->range.hi || c->range.hi > c->total) {
+        say(why, why_size,
+            "range [%" PRIu64 ", %" PRIu64 ") does not fit a model of %" PRIu64 " elements",
+            c->range.lo, c->range.hi, c->total);
+        return -1;
+    }
+    /* Every array of the shard is [hi - lo] floats; its byte size must fit. */
+    if (zps_range_len(c->range) > (SIZE_MAX - CHUNK_BYTES) / sizeof(float) / 4) {
+        say(why, why_size, "range [%" PRIu64 ", %" PRIu64 ") is too large for this machine",
+            c->range.lo, c->range.hi);
+        return -1;
+    }
+    return 0;
+}
+
+/*
+ * The configuration must pass zps_opt_config_check, and the state arrays
+ * must be exactly those this build's optimizer keeps for it, by count and
+ * name: restoring them into the wrong slots would be silent corruption.
+ */
+static int check_opt_fields(const zps_ckpt_t *c, char *why, size_t why_size)
+{
+    char reason[200];
+    if (zps_opt_config_check(&c->opt, reason, sizeof(reason)) != 0) {
+        say(why, why_size, "invalid optimizer configuration: %s", reason);
+        return -1;
+    }
+    zps_optimizer_t *opt = NULL;
+    int rc = zps_optimizer_new(&c->opt, 0, &opt);
+    if (rc != 0) {
+        say(why, why_size, "cannot build the optimizer: %s", zps_strerror(rc));
+        return rc == ZPS_ENOMEM ? ZPS_ENOMEM : -1;
+    }
+    int result = 0;
+    size_t want = zps_optimizer_state_count(opt);
+    if (c->nstate != want) {
+        say(why, why_size, "optimizer %s keeps %zu state arrays, not %" PRIu32,
+            zps_opt_name(&c->opt), want, c->nstate);
+        result = -1;
+    }
+    for (size_t i = 0; result == 0 && i < want; i++) {
+        const char *name = NULL;
+        zps_optimizer_state(opt, i, &name);
+        if (strnlen(c->state_names[i], ZPS_CKPT_NAME_SIZE) == ZPS_CKPT_NAME_SIZE ||
+            strcmp(c->state_names[i], name) != 0) {
+            say(why, why_size, "optimizer %s's state array %zu is '%s', not '%.*s'",
+                zps_opt_name(&c->opt), i, name, ZPS_CKPT_NAME_SIZE, c->state_names[i]);
+            result = -1;
+        }
+    }
+    zps_optimizer_free(opt);
+    return result;
+}
+
+/* The consistency configuration must be one the staleness controller accepts. */
+static int check_workers_fields(const zps_ckpt_t *c, char *why, size_t why_size)
+{
+    zps_stale_config_t cfg = {
+        .mode = c->mode,
+        .workers = c->workers,
+        .staleness = c->staleness,
+        .backup = c->backup,
+        .max_pending = 1,
+    };
+    char reason[200];
+    zps_staleness_t *st = NULL;
+    int rc = zps_stale_new(&cfg, &st, reason, sizeof(reason));
+    zps_stale_free(st);
+    if (rc == ZPS_ENOMEM) {
+        say(why, why_size, "out of memory");
+        return ZPS_ENOMEM;
+    }
+    if (rc != 0) {
+        say(why, why_size, "invalid consistency configuration: %s", reason);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- names and paths ---- */
+
+int zps_ckpt_file_name(uint32_t index, uint32_t count, uint64_t version, char *buf, size_t size)
+{
+    int n = snprintf(buf, size, "shard-%" PRIu32 "-of-%" PRIu32 "-v%020" PRIu64 "%s", index, count,
+                     version, ZPS_CKPT_SUFFIX);
+    return n >= 0 && (size_t)n < size ? 0 : ZPS_EINVAL;
+}
+
+/* "dir/name", without doubling a trailing slash. */
+static int join(const char *dir, const char *name, char *buf, size_t size)
+{
+    size_t dl = strlen(dir);
+    const char *sep = dl > 0 && dir[dl - 1] == '/' ? "" : "/";
+    int n = snprintf(buf, size, "%s%s%s", dir, sep, name);
+    return n >= 0 && (size_t)n < size ? 0 : ZPS_EINVAL;
+}
+
+/*
+ * If `name` is a checkpoint file of shard index/count, returns true with its
+ * version. Only the exact form zps_ckpt_file_name writes matches, so other
+ * shards' files, other shard counts and temporary files never do.
+ */
+static bool match_name(const char *name, uint32_t index, uint32_t count, uint64_t *version)
+{
+    char prefix[64];
+    int n = snprintf(prefix, sizeof(prefix), "shard-%" PRIu32 "-of-%" PRIu32 "-v", index, count);
+    if (n < 0 || (size_t)n >= sizeof(prefix) || strncmp(name, prefix, (size_t)n) != 0)
+        return false;
+    const char *p = name + n;
+    uint64_t v = 0;
+    for (int i = 0; i < 20; i++) {
+        if (p[i] < '0' || p[i] > '9')
+            return false;
+        unsigned d = (unsigned)(p[i] - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return false;
+        v = v * 10 + d;
+    }
+    if (strcmp(p + 20, ZPS_CKPT_SUFFIX) != 0)
+        return false;
+    *version = v;
+    return true;
+}
+
+/* ---- writing ---- */
+
+/* Writes all n bytes at the current position. Returns 0 or -1 with errno. */
+static int write_all(int fd, const uint8_t *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t k = write(fd, p, n);
+        if (k < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+static int pwrite_all(int fd, const uint8_t *p, size_t n, off_t off)
+{
+    while (n > 0) {
+        ssize_t k = pwrite(fd, p, n, off);
+        if (k < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        p += k;
+        n -= (size_t)k;
+        off += k;
+    }
+    return 0;
+}
+
+/*
+ * A stream of bytes into the temporary file through one buffer. The CRC of
+ * the current section is computed as bytes are appended; the first write
+ * error is kept (errno in err) and later appends stop at once, so a full disk
+ * is reported without encoding the rest of a large array.
+ */
+typedef struct wstream {
+    int fd;
+    uint8_t *buf; /* [CHUNK_BYTES] */
+    size_t fill;
+    uint64_t pos; /* bytes appended since the stream began */
+    uint32_t crc; /* of the current section so far */
+    int err;      /* errno of the first failed write, 0 if none */
+} wstream_t;
+
+static void ws_flush(wstream_t *ws)
+{
+    if (ws->err == 0 && ws->fill > 0 && write_all(ws->fd, ws->buf, ws->fill) != 0)
+        ws->err = errno ? errno : EIO;
+    ws->fill = 0;
+}
+
+/* Room for at least `need` (<= CHUNK_BYTES) more bytes in the buffer. */
+static uint8_t *ws_room(wstream_t *ws, size_t need)
+{
+    if (CHUNK_BYTES - ws->fill < need)
+        ws_flush(ws);
+    return ws->buf + ws->fill;
+}
+
+/* The caller encoded n bytes at ws_room(): account and checksum them. */
+static void ws_commit(wstream_t *ws, size_t n)
+{
+    ws->crc = zps_crc32c(ws->crc, ws->buf + ws->fill, n);
+    ws->fill += n;
+    ws->pos += n;
+}
+
+static void ws_u64s(wstream_t *ws, const uint64_t *x, size_t n)
+{
+    while (n > 0 && ws->err == 0) {
+        uint8_t *p = ws_room(ws, 8);
+        size_t k = (CHUNK_BYTES - ws->fill) / 8;
+        k = k < n ? k : n;
+        for (size_t i = 0; i < k; i++)
+            put_u64(p + 8 * i, x[i]);
+        ws_commit(ws, 8 * k);
+        x += k;
+        n -= k;
+    }
+}
+
+/* x: [n] float32, written as n little-endian binary32 values. */
+static void ws_f32s(wstream_t *ws, const float *x, size_t n)
+{
+    while (n > 0 && ws->err == 0) {
+        uint8_t *p = ws_room(ws, 4);
+        size_t k = (CHUNK_BYTES - ws->fill) / 4;
+        k = k < n ? k : n;
+        for (size_t i = 0; i < k; i++)
+            put_f32(p + 4 * i, x[i]);
+        ws_commit(ws, 4 * k);
+        x += k;
+        n -= k;
+    }
+}
+
+static void ws_bools(wstream_t *ws, const bool *x, size_t n)
+{
+    while (n > 0 && ws->err == 0) {
+        uint8_t *p = ws_room(ws, 1);
+        size_t k = CHUNK_BYTES - ws->fill;
+        k = k < n ? k : n;
+        for (size_t i = 0; i < k; i++)
+            p[i] = x[i] ? 1 : 0;
+        ws_commit(ws, k);
+        x += k;
+        n -= k;
+    }
+}
+
+/* The section table entries the writer fills in. */
+typedef struct sec {
+    uint32_t id;
+    uint32_t crc;
+    uint64_t offset, length;
+} sec_t;
+
+static void encode_header(uint8_t *h, uint64_t file_bytes, uint32_t nsec, uint32_t table_crc)
+{
+    memset(h, 0, HEADER_BYTES);
+    memcpy(h, ZPS_CKPT_MAGIC, 8);
+    put_u32(h + 8, ZPS_CKPT_FORMAT);
+    put_u32(h + 12, HEADER_BYTES);
+    put_u64(h + 16, file_bytes);
+    put_u32(h + 24, nsec);
+    put_u32(h + 28, table_crc);
+    put_u32(h + HEADER_CRC_AT, zps_crc32c(0, h, HEADER_CRC_AT));
+}
+
+static void encode_shard(uint8_t *p, const zps_ckpt_t *c)
+{
+    put_u32(p + 0, c->shard_index);
+    put_u32(p + 4, c->shard_count);
+    put_u64(p + 8, c->total);
+    put_u64(p + 16, c->range.lo);
+    put_u64(p + 24, c->range.hi);
+    put_u64(p + 32, c->version);
+}
+
+/* p: [OPT_FIXED_BYTES + ZPS_CKPT_NAME_SIZE * nstate] */
+static void encode_optimizer(uint8_t *p, const zps_ckpt_t *c)
+{
+    const zps_opt_config_t *o = &c->opt;
+    put_u32(p + 0, (uint32_t)o->kind);
+    put_u32(p + 4, (uint32_t)o->schedule);
+    put_u32(p + 8, o->nesterov ? 1 : 0);
+    put_u32(p + 12, c->nstate);
+    put_f64(p + 16, o->lr);
+    put_f64(p + 24, o->momentum);
+    put_f64(p + 32, o->beta1);
+    put_f64(p + 40, o->beta2);
+    put_f64(p + 48, o->eps);
+    put_f64(p + 56, o->weight_decay);
+    put_f64(p + 64, o->gamma);
+    put_f64(p + 72, o->lr_min);
+    put_u64(p + 80, o->step_every);
+    put_u64(p + 88, o->cosine_steps);
+    put_u64(p + 96, o->warmup);
+    put_u64(p + 104, c->opt_steps);
+    for (uint32_t i = 0; i < c->nstate; i++) {
+        uint8_t *name = p + OPT_FIXED_BYTES + ZPS_CKPT_NAME_SIZE * i;
+        memset(name, 0, ZPS_CKPT_NAME_SIZE);
+        memcpy(name, c->state_names[i], strnlen(c->state_names[i], ZPS_CKPT_NAME_SIZE - 1));
+    }
+}
+
+/* Checks `c` as zps_ckpt_write's input. Returns 0 or a ZPS_E* code with why. */
+static int check_for_write(const zps_ckpt_t *c, char *why, size_t why_size)
+{
+    char reason[256];
+    int rc;
+    if (check_shard_fields(c, reason, sizeof(reason)) != 0)
+        goto invalid;
+    zps_range_t rule;
+    if (zps_shard_range(c->total, c->shard_index, c->shard_count, &rule) != 0 ||
+        rule.lo != c->range.lo || rule.hi != c->range.hi) {
+        snprintf(reason, sizeof(reason),
+                 "range [%" PRIu64 ", %" PRIu64 ") is not shard %" PRIu32 "/%" PRIu32
+                 "'s range [%" PRIu64 ", %" PRIu64 ") of a model of %" PRIu64 " elements",
+                 c->range.lo, c->range.hi, c->shard_index, c->shard_count, rule.lo, rule.hi,
+                 c->total);
+        goto invalid;
+    }
+    if (c->nstate > ZPS_CKPT_MAX_STATE) {
+        snprintf(reason, sizeof(reason), "%" PRIu32 " optimizer state arrays (at most %d)",
+                 c->nstate, ZPS_CKPT_MAX_STATE);
+        goto invalid;
+    }
+    if ((rc = check_opt_fields(c, reason, sizeof(reason))) != 0)
+        goto refused;
+    if ((rc = check_workers_fields(c, reason, sizeof(reason))) != 0)
+        goto refused;
+    size_t len = (size_t)zps_range_len(c->range);
+    if (c->pushed == NULL || c->live == NULL || c->dropped == NULL) {
+        snprintf(reason, sizeof(reason), "pushed, live and dropped must hold %" PRIu32 " entries",
+                 c->workers);
+        goto invalid;
+    }
+    if (len > 0 && c->params == NULL) {
+        snprintf(reason, sizeof(reason), "params is NULL for a range of %zu elements", len);
+        goto invalid;
+    }
+    for (uint32_t i = 0; i < c->nstate; i++) {
+        if (len > 0 && c->state[i] == NULL) {
+            snprintf(reason, sizeof(reason), "optimizer state '%s' is NULL", c->state_names[i]);
+            goto invalid;
+        }
+    }
+    return 0;
+
+refused:
+    if (rc == ZPS_ENOMEM) {
+        say(why, why_size, "out of memory");
+        return ZPS_ENOMEM;
+    }
+invalid:
+    say(why, why_size, "not a valid checkpoint: %s", reason);
+    return ZPS_EINVAL;
+}
+
+/* fsync of a directory, so a rename in it survives a crash. Returns 0 or -1 with errno. */
+static int sync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    int rc = fsync(fd);
+    int saved = errno;
+    close(fd);
+    /* Some file systems cannot sync a directory; there is nothing more to do there. */
+    if (rc != 0 && saved == EINVAL)
+        rc = 0;
+    errno = saved;
+    return rc;
+}
+
+int zps_ckpt_write(const char *dir, const zps_ckpt_t *c, char *path_out, size_t path_size,
+                   char *why, size_t why_size)
+{
+    if (dir == NULL || c == NULL) {
+        say(why, why_size, "no directory or no checkpoint");
+        return ZPS_EINVAL;
+    }
+    int rc = check_for_write(c, why, why_size);
+    if (rc != 0)
+        return rc;
+
+    static atomic_uint tmp_seq;
+    char name[96], final[PATH_MAX], tmp[PATH_MAX];
+    if (zps_ckpt_file_name(c->shard_index, c->shard_count, c->version, name, sizeof(name)) != 0 ||
+        join(dir, name, final, sizeof(final)) != 0) {
+        say(why, why_size, "path too long: %s/%s", dir, name);
+        return ZPS_EINVAL;
+    }
+
+    /* A fresh temporary name beside the final one: rename is atomic only
+     * within one file system, and O_EXCL never reuses a crashed writer's file. */
+    int fd = -1;
+    for (int attempt = 0; attempt < 64 && fd < 0; attempt++) {
+        char tmpname[160];
+        snprintf(tmpname, sizeof(tmpname), ".%s.tmp.%ld.%u", name, (long)getpid(),
+                 atomic_fetch_add(&tmp_seq, 1));
+        if (join(dir, tmpname, tmp, sizeof(tmp)) != 0) {
+            say(why, why_size, "path too long: %s/%s", dir, tmpname);
+            return ZPS_EINVAL;
+        }
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (fd < 0 && errno != EEXIST) {
+            say(why, why_size, "create %s: %s", tmp, strerror(errno));
+            return ZPS_EIO;
+        }
+    }
+    if (fd < 0) {
+        say(why, why_size, "create %s: %s", tmp, strerror(EEXIST));
+        return ZPS_EIO;
+    }
+
+    const char *step = "write";
+    int err = 0;
+    wstream_t ws = {.fd = fd};
+    ws.buf = malloc(CHUNK_BYTES);
+    if (ws.buf == NULL) {
+        rc = ZPS_ENOMEM;
+        say(why, why_size, "out of memory");
+        goto fail;
+    }
+
+    size_t len = (size_t)zps_range_len(c->range);
+    uint32_t nsec = 4 + c->nstate;
+    sec_t secs[ZPS_CKPT_MAX_SECTIONS];
+    uint64_t table_end = HEADER_BYTES + (uint64_t)ENTRY_BYTES * nsec;
+
+    /* Header and table are filled in at the end, when the checksums are known. */
+    memset(ws_room(&ws, table_end), 0, table_end);
+    ws_commit(&ws, table_end);
+
+    for (uint32_t s = 0; s < nsec; s++) {
+        secs[s].id = s < 4 ? (uint32_t)ZPS_CKPT_SEC_SHARD + s : ZPS_CKPT_SEC_STATE + (s - 4);
+        secs[s].offset = ws.pos;
+        ws.crc = 0;
+        switch (secs[s].id) {
+        case ZPS_CKPT_SEC_SHARD:
+            encode_shard(ws_room(&ws, SHARD_BYTES), c);
+            ws_commit(&ws, SHARD_BYTES);
+            break;
+        case ZPS_CKPT_SEC_OPTIMIZER: {
+            size_t n = OPT_FIXED_BYTES + ZPS_CKPT_NAME_SIZE * (size_t)c->nstate;
+            encode_optimizer(ws_room(&ws, n), c);
+            ws_commit(&ws, n);
+            break;
+        }
+        case ZPS_CKPT_SEC_WORKERS: {
+            uint8_t *p = ws_room(&ws, WORKERS_FIXED_BYTES);
+            put_u32(p + 0, (uint32_t)c->mode);
+            put_u32(p + 4, c->workers);
+            put_u32(p + 8, c->staleness);
+            put_u32(p + 12, c->backup);
+            ws_commit(&ws, WORKERS_FIXED_BYTES);
+            ws_u64s(&ws, c->pushed, c->workers);
+            ws_u64s(&ws, c->dropped, c->workers);
+            ws_bools(&ws, c->live, c->workers);
+            break;
+        }
+        case ZPS_CKPT_SEC_PARAMS:
+            ws_f32s(&ws, c->params, len);
+            break;
+        default:
+            ws_f32s(&ws, c->state[secs[s].id - ZPS_CKPT_SEC_STATE], len);
+            break;
+        }
+        secs[s].length = ws.pos - secs[s].offset;
+        secs[s].crc = ws.crc;
+    }
+    ws_flush(&ws);
+    if (ws.err != 0) {
+        err = ws.err;
+        goto io_fail;
+    }
+
+    /* The table, then the header that checksums it, at the front. */
+    uint8_t front[HEADER_BYTES + ENTRY_BYTES * ZPS_CKPT_MAX_SECTIONS];
+    for (uint32_t s = 0; s < nsec; s++) {
+        uint8_t *e = front + HEADER_BYTES + ENTRY_BYTES * s;
+        put_u32(e + 0, secs[s].id);
+        put_u32(e + 4, secs[s].crc);
+        put_u64(e + 8, secs[s].offset);
+        put_u64(e + 16, secs[s].length);
+    }
+    encode_header(front, ws.pos, nsec,
+                  zps_crc32c(0, front + HEADER_BYTES, (size_t)ENTRY_BYTES * nsec));
+    if (pwrite_all(fd, front, (size_t)table_end, 0) != 0) {
+        err = errno;
+        goto io_fail;
+    }
+
+    step = "fsync";
+    if (fsync(fd) != 0) {
+        err = errno;
+        goto io_fail;
+    }
+    step = "close";
+    int closed = close(fd);
+    fd = -1;
+    if (closed != 0) {
+        err = errno;
+        goto io_fail;
+    }
+    if (rename(tmp, final) != 0) {
+        say(why, why_size, "rename %s to %s: %s", tmp, final, strerror(errno));
+        rc = ZPS_EIO;
+        goto fail;
+    }
+    free(ws.buf);
+
+    /* The file is complete under its name; the directory entry must be durable too. */
+    if (sync_dir(dir) != 0) {
+        say(why, why_size,
+            "fsync directory %s: %s (%s is complete but its name may not survive a crash)", dir,
+            strerror(errno), final);
+        return ZPS_EIO;
+    }
+    if (path_out && path_size > 0)
+        snprintf(path_out, path_size, "%s", final);
+    return 0;
+
+io_fail:
+    say(why, why_size, "%s %s: %s", step, tmp, strerror(err));
+    rc = ZPS_EIO;
+fail:
+    if (fd >= 0)
+        close(fd);
+    unlink(tmp);
+    free(ws.buf);
+    return rc;
+}
+
+/* ---- reading ---- */
+
+void zps_ckpt_init(zps_ckpt_t *c)
+{
+    memset(c, 0, sizeof(*c));
+}
+
+void zps_ckpt_fini(zps_ckpt_t *c)
+{
+    if (c == NULL)
+        return;
+    free(c->pushed);
+    free(c->live);
+    free(c->dropped);
+    free(c->params);
+    for (int i = 0; i < ZPS_CKPT_MAX_STATE; i++)
+        free(c->state[i]);
+    zps_ckpt_init(c);
+}
+
+void zps_ckpt_scan_fini(zps_ckpt_scan_t *scan)
+{
+    if (scan == NULL)
+        return;
+    zps_ckpt_fini(&scan->meta);
+    memset(scan, 0, sizeof(*scan));
+}
+
+/*
+ * Reads exactly n bytes at off. Returns 0; ZPS_EIO with the errno text, or
+ * when the file ends early (it was checked long enough, so it changed while
+ * being read).
+ */
+static int read_at(int fd, const char *path, uint64_t off, void *dst, size_t n, char *why,
+                   size_t why_size)
+{
+    uint8_t *p = dst;
+    while (n > 0) {
+        ssize_t k = pread(fd, p, n, (off_t)off);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0) {
+            say(why, why_size, "read %s: %s", path, strerror(errno));
+            return ZPS_EIO;
+        }
+        if (k == 0) {
+            say(why, why_size, "read %s: the file ended early (did it change while being read?)",
+                path);
+            return ZPS_EIO;
+        }
+        p += k;
+        n -= (size_t)k;
+        off += (uint64_t)k;
+    }
+    return 0;
+}
+
+/* The parsed section table: entries in file order, with names for messages. */
+typedef struct entry {
+    uint32_t id, crc;
+    uint64_t offset, length;
+    char name[32];
+} entry_t;
+
+/*
+ * The header's checks. `h` holds the first `have` bytes of a file of `size`
+ * bytes. Returns 0 with the section count and recorded file size, or
+ * ZPS_ECORRUPT with the reason.
+ */
+static int check_header(const uint8_t *h, size_t have, uint64_t size, uint32_t *nsec,
+                        uint64_t *total, uint32_t *format, char *why, size_t why_size)
+{
+    size_t m = have < 8 ? have : 8;
+    if (memcmp(h, ZPS_CKPT_MAGIC, m) != 0) {
+        say(why, why_size, "bad magic: not a zps checkpoint");
+        return ZPS_ECORRUPT;
+    }
+    if (have < 12) {
+        say(why, why_size, "truncated: header ends at byte %d, file has %" PRIu64, HEADER_BYTES,
+            size);
+        return ZPS_ECORRUPT;
+    }
+    *format = get_u32(h + 8);
+    bool crc_ok =
+        have == HEADER_BYTES && zps_crc32c(0, h, HEADER_CRC_AT) == get_u32(h + HEADER_CRC_AT);
+    if (*format != ZPS_CKPT_FORMAT) {
+        /* A newer writer keeps magic and version where they are; a bit flip in
+         * the version of a version-1 file shows as a header checksum mismatch. */
+        say(why, why_size, "unsupported format version %" PRIu32 " (this build reads version %d)%s",
+            *format, ZPS_CKPT_FORMAT,
+            have == HEADER_BYTES && !crc_ok ? ", or a corrupt header: its checksum does not match"
+                                            : "");
+        return ZPS_ECORRUPT;
+    }
+    if (have < HEADER_BYTES) {
+        say(why, why_size, "truncated: header ends at byte %d, file has %" PRIu64, HEADER_BYTES,
+            size);
+        return ZPS_ECORRUPT;
+    }
+    if (!crc_ok) {
+        say(why, why_size, "header checksum mismatch");
+        return ZPS_ECORRUPT;
+    }
+    if (get_u32(h + 12) != HEADER_BYTES) {
+        say(why, why_size, "header: header size %" PRIu32 ", format version 1 has %d",
+            get_u32(h + 12), HEADER_BYTES);
+        return ZPS_ECORRUPT;
+    }
+    for (int i = 32; i < HEADER_CRC_AT; i++) {
+        if (h[i] != 0) {
+            say(why, why_size, "header: reserved byte %d is not zero", i);
+            return ZPS_ECORRUPT;
+        }
+    }
+    *nsec = get_u32(h + 24);
+    if (*nsec < 4 || *nsec > ZPS_CKPT_MAX_SECTIONS) {
+        say(why, why_size, "header: %" PRIu32 " sections; format version 1 has 4 to %d", *nsec,
+            ZPS_CKPT_MAX_SECTIONS);
+        return ZPS_ECORRUPT;
+    }
+    *total = get_u64(h + 16);
+    return 0;
+}
+
+/*
+ * The table's layout: the sections of format version 1 in their order,
+ * back to back from the end of the table to the end of the file, so that
+ * every byte of the file is under exactly one checksum.
+ */
+static int check_layout(const entry_t *e, uint32_t nsec, uint64_t table_end, uint64_t total,
+                        char *why, size_t why_size)
+{
+    uint64_t at = table_end;
+    for (uint32_t s = 0; s < nsec; s++) {
+        uint32_t want = s < 4 ? (uint32_t)ZPS_CKPT_SEC_SHARD + s : ZPS_CKPT_SEC_STATE + (s - 4);
+        if (e[s].id != want) {
+            say(why, why_size,
+                "section table: entry %" PRIu32 " has id %" PRIu32 ", expected %" PRIu32, s,
+                e[s].id, want);
+            return ZPS_ECORRUPT;
+        }
+        if (e[s].offset != at) {
+            say(why, why_size,
+                "section table: section '%s' starts at byte %" PRIu64 ", expected %" PRIu64,
+                e[s].name, e[s].offset, at);
+            return ZPS_ECORRUPT;
+        }
+        if (e[s].length > UINT64_MAX - at) {
+            say(why, why_size, "section table: section '%s' is %" PRIu64 " bytes", e[s].name,
+                e[s].length);
+            return ZPS_ECORRUPT;
+        }
+        at += e[s].length;
+    }
+    if (at != total) {
+        say(why, why_size,
+            "section table: sections end at byte %" PRIu64
+            ", the header says the file has %" PRIu64,
+            at, total);
+        return ZPS_ECORRUPT;
+    }
+    return 0;
+}
+
+/* State of one load: a read (all or nothing) or a scan (every part, recorded). */
+typedef struct loader {
+    const char *path;
+    int fd;
+    uint64_t size;
+    uint8_t *buf; /* [CHUNK_BYTES] */
+    bool decode_arrays;
+    zps_ckpt_scan_t *scan; /* NULL for a read */
+    zps_ckpt_t c;
+    bool have_shard, have_opt, have_workers;
+    int rc; /* first error */
+    char *why;
+    size_t why_size;
+} loader_t;
+
+/* Records a problem with section s. A read stops at the first; a scan goes on. */
+static void section_bad(loader_t *L, uint32_t s, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void section_bad(loader_t *L, uint32_t s, int code, const char *fmt, ...)
+{
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (L->rc == 0) {
+        L->rc = code;
+        say(L->why, L->why_size, "%s", msg);
+    }
+    if (L->scan && s < ZPS_CKPT_MAX_SECTIONS) {
+        zps_ckpt_section_check_t *sc = &L->scan->sections[s];
+        if (sc->status == 0) {
+            sc->status = code;
+            snprintf(sc->why, sizeof(sc->why), "%s", msg);
+        }
+    }
+}
+
+/*
+ * Reads section e (index s) whole into a new buffer and verifies its
+ * checksum. Returns the buffer (caller frees), or NULL after recording why.
+ */
+static uint8_t *load_small(loader_t *L, uint32_t s, const entry_t *e)
+{
+    uint8_t *p = malloc(e->length > 0 ? (size_t)e->length : 1);
+    if (p == NULL) {
+        section_bad(L, s, ZPS_ENOMEM, "out of memory");
+        return NULL;
+    }
+    char msg[256];
+    int rc = read_at(L->fd, L->path, e->offset, p, (size_t)e->length, msg, sizeof(msg));
+    if (rc != 0) {
+        section_bad(L, s, rc, "%s", msg);
+        free(p);
+        return NULL;
+    }
+    uint32_t crc = zps_crc32c(0, p, (size_t)e->length);
+    if (L->scan) {
+        L->scan->sections[s].crc_computed = crc;
+        L->scan->sections[s].read = true;
+    }
+    if (crc != e->crc) {
+        section_bad(L, s, ZPS_ECORRUPT, "section '%s' checksum mismatch", e->name);
+        free(p);
+        return NULL;
+    }
+    return p;
+}
+
+static void load_shard(loader_t *L, uint32_t s, const entry_t *e)
+{
+    if (e->length != SHARD_BYTES) {
+        section_bad(L, s, ZPS_ECORRUPT,
+                    "section 'shard' is %" PRIu64 " bytes; format version 1 "
+                    "has %d",
+                    e->length, SHARD_BYTES);
+        return;
+    }
+    uint8_t *p = load_small(L, s, e);
+    if (p == NULL)
+        return;
+    zps_ckpt_t *c = &L->c;
+    c->shard_index = get_u32(p + 0);
+    c->shard_count = get_u32(p + 4);
+    c->total = get_u64(p + 8);
+    c->range.lo = get_u64(p + 16);
+    c->range.hi = get_u64(p + 24);
+    c->version = get_u64(p + 32);
+    free(p);
+    char msg[200];
+    if (check_shard_fields(c, msg, sizeof(msg)) != 0) {
+        section_bad(L, s, ZPS_ECORRUPT, "section 'shard': %s", msg);
+        return;
+    }
+    L->have_shard = true;
+}
+
+static void load_optimizer(loader_t *L, uint32_t s, const entry_t *e, uint32_t nstate)
+{
+    uint64_t want = OPT_FIXED_BYTES + (uint64_t)ZPS_CKPT_NAME_SIZE * nstate;
+    if (e->length != want) {
+        section_bad(L, s, ZPS_ECORRUPT,
+                    "section 'optimizer' is %" PRIu64 " bytes; with %" PRIu32
+                    " state arrays it must be %" PRIu64,
+                    e->length, nstate, want);
+        return;
+    }
+    uint8_t *p = load_small(L, s, e);
+    if (p == NULL)
+        return;
+    zps_ckpt_t *c = &L->c;
+    uint32_t kind = get_u32(p + 0), schedule = get_u32(p + 4), nesterov = get_u32(p + 8);
+    c->nstate = get_u32(p + 12);
+    char msg[256];
+    int bad = 0;
+    if (kind > ZPS_OPT_ADAGRAD) {
+        snprintf(msg, sizeof(msg), "unknown optimizer kind %" PRIu32, kind);
+        bad = 1;
+    } else if (schedule > ZPS_SCHED_COSINE) {
+        snprintf(msg, sizeof(msg), "unknown schedule kind %" PRIu32, schedule);
+        bad = 1;
+    } else if (nesterov > 1) {
+        snprintf(msg, sizeof(msg), "nesterov is %" PRIu32 ", not 0 or 1", nesterov);
+        bad = 1;
+    } else if (c->nstate != nstate) {
+        snprintf(msg, sizeof(msg), "%" PRIu32 " state arrays, but the table has %" PRIu32,
+                 c->nstate, nstate);
+        bad = 1;
+    }
+    if (!bad) {
+        zps_opt_config_t *o = &c->opt;
+        o->kind = (zps_opt_kind_t)kind;
+        o->schedule = (zps_sched_kind_t)schedule;
+        o->nesterov = nesterov == 1;
+        o->lr = get_f64(p + 16);
+        o->momentum = get_f64(p + 24);
+        o->beta1 = get_f64(p + 32);
+        o->beta2 = get_f64(p + 40);
+        o->eps = get_f64(p + 48);
+        o->weight_decay = get_f64(p + 56);
+        o->gamma = get_f64(p + 64);
+        o->lr_min = get_f64(p + 72);
+        o->step_every = get_u64(p + 80);
+        o->cosine_steps = get_u64(p + 88);
+        o->warmup = get_u64(p + 96);
+        c->opt_steps = get_u64(p + 104);
+        for (uint32_t i = 0; i < nstate; i++) {
+            const uint8_t *name = p + OPT_FIXED_BYTES + ZPS_CKPT_NAME_SIZE * i;
+            if (memchr(name, 0, ZPS_CKPT_NAME_SIZE) == NULL) {
+                snprintf(msg, sizeof(msg), "the name of state array %" PRIu32 " is not terminated",
+                         i);
+                bad = 1;
+                break;
+            }
+            memcpy(c->state_names[i], name, ZPS_CKPT_NAME_SIZE);
+        }
+    }
+    free(p);
+    if (!bad) {
+        int rc = check_opt_fields(c, msg, sizeof(msg));
+        if (rc == ZPS_ENOMEM) {
+            section_bad(L, s, ZPS_ENOMEM, "out of memory");
+            return;
+        }
+        bad = rc != 0;
+    }
+    if (bad) {
+        section_bad(L, s, ZPS_ECORRUPT, "section 'optimizer': %s", msg);
+        return;
+    }
+    L->have_opt = true;
+}
+
+static void load_workers(loader_t *L, uint32_t s, const entry_t *e)
+{
+    if (e->length < WORKERS_FIXED_BYTES || (e->length - WORKERS_FIXED_BYTES) % WORKER_BYTES) {
+        section_bad(L, s, ZPS_ECORRUPT,
+                    "section 'workers' is %" PRIu64 " bytes; it must be %d "
+                    "plus %d per worker",
+                    e->length, WORKERS_FIXED_BYTES, WORKER_BYTES);
+        return;
+    }
+    uint8_t *p = load_small(L, s, e);
+    if (p == NULL)
+        return;
+    zps_ckpt_t *c = &L->c;
+    uint32_t mode = get_u32(p + 0);
+    c->workers = get_u32(p + 4);
+    c->staleness = get_u32(p + 8);
+    c->backup = get_u32(p + 12);
+    char msg[256];
+    uint64_t want = WORKERS_FIXED_BYTES + (uint64_t)WORKER_BYTES * c->workers;
+    if (e->length != want) {
+        snprintf(msg, sizeof(msg), "%" PRIu64 " bytes, but %" PRIu32 " workers need %" PRIu64,
+                 e->length, c->workers, want);
+        goto bad;
+    }
+    if (mode > ZPS_MODE_ASP) {
+        snprintf(msg, sizeof(msg), "unknown consistency mode %" PRIu32, mode);
+        goto bad;
+    }
+    c->mode = (zps_mode_t)mode;
+    int rc = check_workers_fields(c, msg, sizeof(msg));
+    if (rc == ZPS_ENOMEM) {
+        section_bad(L, s, ZPS_ENOMEM, "out of memory");
+        free(p);
+        return;
+    }
+    if (rc != 0)
+        goto bad;
+    size_t w = c->workers;
+    const uint8_t *live = p + WORKERS_FIXED_BYTES + 16 * w;
+    for (size_t i = 0; i < w; i++) {
+        if (live[i] > 1) {
+            snprintf(msg, sizeof(msg), "live[%zu] is %u, not 0 or 1", i, (unsigned)live[i]);
+            goto bad;
+        }
+    }
+    c->pushed = malloc(w * sizeof(uint64_t));
+    c->dropped = malloc(w * sizeof(uint64_t));
+    c->live = malloc(w * sizeof(bool));
+    if (!c->pushed || !c->dropped || !c->live) {
+        section_bad(L, s, ZPS_ENOMEM, "out of memory");
+        free(p);
+        return;
+    }
+    for (size_t i = 0; i < w; i++) {
+        c->pushed[i] = get_u64(p + WORKERS_FIXED_BYTES + 8 * i);
+        c->dropped[i] = get_u64(p + WORKERS_FIXED_BYTES + 8 * (w + i));
+        c->live[i] = live[i] == 1;
+    }
+    free(p);
+    L->have_workers = true;
+    return;
+
+bad:
+    free(p);
+    section_bad(L, s, ZPS_ECORRUPT, "section 'workers': %s", msg);
+}
+
+/* params or a state array: streamed through the buffer, decoded into *dst when wanted. */
+static void load_array(loader_t *L, uint32_t s, const entry_t *e, float **dst)
+{
+    size_t n = 0;
+    if (L->have_shard) {
+        uint64_t len = zps_range_len(L->c.range);
+        if (e->length != len * sizeof(float)) {
+            section_bad(L, s, ZPS_ECORRUPT,
+                        "section '%s' is %" PRIu64 " bytes; range [%" PRIu64 ", %" PRIu64
+                        ") needs %" PRIu64,
+                        e->name, e->length, L->c.range.lo, L->c.range.hi, len * sizeof(float));
+            return;
+        }
+        n = (size_t)len;
+    }
+    float *out = NULL;
+    if (L->decode_arrays && L->have_shard && n > 0) {
+        out = malloc(n * sizeof(float));
+        if (out == NULL) {
+            section_bad(L, s, ZPS_ENOMEM, "out of memory");
+            return;
+        }
+    }
+    uint32_t crc = 0;
+    char msg[256];
+    for (uint64_t done = 0; done < e->length;) {
+        size_t k = e->length - done < CHUNK_BYTES ? (size_t)(e->length - done) : CHUNK_BYTES;
+        int rc = read_at(L->fd, L->path, e->offset + done, L->buf, k, msg, sizeof(msg));
+        if (rc != 0) {
+            section_bad(L, s, rc, "%s", msg);
+            free(out);
+            return;
+        }
+        crc = zps_crc32c(crc, L->buf, k);
+        if (out) {
+            /* k is a multiple of 4: the length is, and so is CHUNK_BYTES. */
+            float *o = out + done / sizeof(float);
+            for (size_t i = 0; i < k / sizeof(float); i++)
+                o[i] = get_f32(L->buf + sizeof(float) * i);
+        }
+        done += k;
+    }
+    if (L->scan) {
+        L->scan->sections[s].crc_computed = crc;
+        L->scan->sections[s].read = true;
+    }
+    if (crc != e->crc) {
+        section_bad(L, s, ZPS_ECORRUPT, "section '%s' checksum mismatch", e->name);
+        free(out);
+        return;
+    }
+    if (dst)
+        *dst = out;
+    else
+        free(out);
+}
+
+/*
+ * The first section that ends beyond the file, from section `from` on, as
+ * the "truncated" message; every such section is recorded as truncated in a
+ * scan. Returns whether there was one.
+ */
+static bool check_truncation(loader_t *L, const entry_t *e, uint32_t nsec, uint32_t from)
+{
+    bool found = false;
+    for (uint32_t s = from; s < nsec; s++) {
+        uint64_t end = e[s].offset + e[s].length;
+        if (end > L->size) {
+            section_bad(L, s, ZPS_ECORRUPT,
+                        "truncated: section '%s' ends at byte %" PRIu64 ", file has %" PRIu64,
+                        e[s].name, end, L->size);
+            found = true;
+            if (L->scan == NULL)
+                break;
+        }
+    }
+    return found;
+}
+
+/*
+ * Reads (scan == NULL: stop at the first problem, decode everything into
+ * L->c) or scans (record every part's verdict, keep only the small
+ * sections) the checkpoint at path. Returns the first problem's code or 0.
+ */
+static int load(const char *path, zps_ckpt_scan_t *scan, bool decode_arrays, zps_ckpt_t *out,
+                char *why, size_t why_size)
+{
+    loader_t L = {
+        .path = path,
+        .fd = -1,
+        .decode_arrays = decode_arrays,
+        .scan = scan,
+        .why = why,
+        .why_size = why_size,
+    };
+    zps_ckpt_init(&L.c);
+    if (scan)
+        memset(scan, 0, sizeof(*scan));
+
+    L.fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (L.fd < 0) {
+        say(why, why_size, "cannot open %s: %s", path, strerror(errno));
+        return ZPS_EIO;
+    }
+    struct stat st;
+    if (fstat(L.fd, &st) != 0) {
+        say(why, why_size, "cannot stat %s: %s", path, strerror(errno));
+        L.rc = ZPS_EIO;
+        goto done;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        say(why, why_size, "%s is not a regular file", path);
+        L.rc = ZPS_EIO;
+        goto done;
+    }
+    L.size = (uint64_t)st.st_size;
+    if (scan)
+        scan->file_bytes = L.size;
+
+    uint8_t h[HEADER_BYTES];
+    size_t have = L.size < HEADER_BYTES ? (size_t)L.size : HEADER_BYTES;
+    if ((L.rc = read_at(L.fd, path, 0, h, have, why, why_size)) != 0)
+        goto done;
+    uint32_t nsec = 0, format = 0;
+    uint64_t total = 0;
+    L.rc = check_header(h, have, L.size, &nsec, &total, &format, why, why_size);
+    if (scan)
+        scan->format = format;
+    if (L.rc != 0)
+        goto done;
+
+    uint64_t table_end = HEADER_BYTES + (uint64_t)ENTRY_BYTES * nsec;
+    if (L.size < table_end) {
+        say(why, why_size, "truncated: section table ends at byte %" PRIu64 ", file has %" PRIu64,
+            table_end, L.size);
+        L.rc = ZPS_ECORRUPT;
+        goto done;
+    }
+    uint8_t t[ENTRY_BYTES * ZPS_CKPT_MAX_SECTIONS];
+    if ((L.rc = read_at(L.fd, path, HEADER_BYTES, t, (size_t)(table_end - HEADER_BYTES), why,
+                        why_size)) != 0)
+        goto done;
+    if (zps_crc32c(0, t, (size_t)(table_end - HEADER_BYTES)) != get_u32(h + 28)) {
+        say(why, why_size, "section table checksum mismatch");
+        L.rc = ZPS_ECORRUPT;
+        goto done;
+    }
+    entry_t e[ZPS_CKPT_MAX_SECTIONS];
+    for (uint32_t s = 0; s < nsec; s++) {
+        const uint8_t *p = t + ENTRY_BYTES * s;
+        e[s].id = get_u32(p);
+        e[s].crc = get_u32(p + 4);
+        e[s].offset = get_u64(p + 8);
+        e[s].length = get_u64(p + 16);
+        section_name(e[s].id, NULL, e[s].name, sizeof(e[s].name));
+    }
+    if ((L.rc = check_layout(e, nsec, table_end, total, why, why_size)) != 0)
+        goto done;
+    if (scan) {
+        scan->header_ok = true;
+        scan->header_total = total;
+        scan->nsections = nsec;
+        for (uint32_t s = 0; s < nsec; s++) {
+            zps_ckpt_section_check_t *sc = &scan->sections[s];
+            sc->id = e[s].id;
+            snprintf(sc->name, sizeof(sc->name), "%s", e[s].name);
+            sc->offset = e[s].offset;
+            sc->length = e[s].length;
+            sc->crc_stored = e[s].crc;
+        }
+    }
+
+    L.buf = malloc(CHUNK_BYTES);
+    if (L.buf == NULL) {
+        say(why, why_size, "out of memory");
+        L.rc = ZPS_ENOMEM;
+        goto done;
+    }
+    if (L.size > total) {
+        say(why, why_size,
+            "file has %" PRIu64 " bytes, the header says %" PRIu64
+            ": trailing bytes after the last section",
+            L.size, total);
+        L.rc = ZPS_ECORRUPT;
+        if (!scan)
+            goto done;
+    }
+
+    for (uint32_t s = 0; s < nsec; s++) {
+        if (L.rc != 0 && !scan)
+            break;
+        /* A short file is caught before any large section is read, by the
+         * name of the first section it cuts (state names are known by now:
+         * the optimizer section comes first). */
+        if (e[s].id == ZPS_CKPT_SEC_PARAMS) {
+            if (check_truncation(&L, e, nsec, s) && !scan)
+                break;
+        } else if (e[s].id < ZPS_CKPT_SEC_PARAMS && e[s].offset + e[s].length > L.size) {
+            check_truncation(&L, e, s + 1, s);
+        }
+        if (e[s].offset + e[s].length > L.size)
+            continue; /* recorded as truncated */
+        switch (e[s].id) {
+        case ZPS_CKPT_SEC_SHARD:
+            load_shard(&L, s, &e[s]);
+            break;
+        case ZPS_CKPT_SEC_OPTIMIZER:
+            load_optimizer(&L, s, &e[s], nsec - 4);
+            if (L.have_opt) {
+                for (uint32_t i = 0; i < L.c.nstate; i++) {
+                    uint32_t k = 4 + i;
+                    section_name(e[k].id, L.c.state_names[i], e[k].name, sizeof(e[k].name));
+                    if (scan)
+                        snprintf(scan->sections[k].name, sizeof(scan->sections[k].name), "%s",
+                                 e[k].name);
+                }
+            }
+            break;
+        case ZPS_CKPT_SEC_WORKERS:
+            load_workers(&L, s, &e[s]);
+            break;
+        case ZPS_CKPT_SEC_PARAMS:
+            load_array(&L, s, &e[s], &L.c.params);
+            break;
+        default:
+            load_array(&L, s, &e[s], &L.c.state[e[s].id - ZPS_CKPT_SEC_STATE]);
+            break;
+        }
+    }
+
+done:
+    if (L.fd >= 0)
+        close(L.fd);
+    free(L.buf);
+    if (scan) {
+        scan->have_shard = L.have_shard;
+        scan->have_optimizer = L.have_opt;
+        scan->have_workers = L.have_workers;
+        scan->meta = L.c; /* the arrays it holds (pushed, live, dropped) move with it */
+        for (int i = 0; i < ZPS_CKPT_MAX_STATE; i++) {
+            free(scan->meta.state[i]);
+            scan->meta.state[i] = NULL;
+        }
+        free(scan->meta.params);
+        scan->meta.params = NULL;
+    } else if (L.rc == 0 && out) {
+        *out = L.c;
+    } else {
+        zps_ckpt_fini(&L.c);
+    }
+    return L.rc;
+}
+
+int zps_ckpt_read(const char *path, zps_ckpt_t *out, char *why, size_t why_size)
+{
+    if (path == NULL || out == NULL) {
+        say(why, why_size, "no path or no output");
+        return ZPS_EINVAL;
+    }
+    return load(path, NULL, true, out, why, why_size);
+}
+
+int zps_ckpt_verify(const char *path, zps_ckpt_scan_t *scan, char *why, size_t why_size)
+{
+    if (scan)
+        memset(scan, 0, sizeof(*scan));
+    if (path == NULL || scan == NULL) {
+        say(why, why_size, "no path or no output");
+        return ZPS_EINVAL;
+    }
+    return load(path, scan, false, NULL, why, why_size);
+}
+
+int zps_ckpt_check_shard(const zps_ckpt_t *c, uint32_t index, uint32_t count, uint64_t total_or_0,
+                         char *why, size_t why_size)
+{
+    if (c->shard_index != index || c->shard_count != count) {
+        say(why, why_size,
+            "the checkpoint is of shard %" PRIu32 "/%" PRIu32 ", this is shard %" PRIu32
+            "/%" PRIu32,
+            c->shard_index, c->shard_count, index, count);
+        return ZPS_ERANGE;
+    }
+    if (total_or_0 != 0 && c->total != total_or_0) {
+        say(why, why_size,
+            "the checkpoint holds a model of %" PRIu64 " elements, this one has %" PRIu64, c->total,
+            total_or_0);
+        return ZPS_ESIZE;
+    }
+    zps_range_t rule;
+    if (zps_shard_range(c->total, index, count, &rule) != 0 || rule.lo != c->range.lo ||
+        rule.hi != c->range.hi) {
+        say(why, why_size,
+            "the checkpoint's range [%" PRIu64 ", %" PRIu64 ") is not shard %" PRIu32 "/%" PRIu32
+            "'s range [%" PRIu64 ", %" PRIu64 ") of a model of %" PRIu64 " elements",
+            c->range.lo, c->range.hi, index, count, rule.lo, rule.hi, c->total);
+        return ZPS_ERANGE;
+    }
+    return 0;
+}
+
+/* ---- the files of one shard in a directory ---- */
+
+typedef struct candidate {
+    uint64_t version;
+    char *name;
+} candidate_t;
+
+static int newest_first(const void *a, const void *b)
+{
+    uint64_t va = ((const candidate_t *)a)->version, vb = ((const candidate_t *)b)->version;
+    return va < vb ? 1 : va > vb ? -1 : 0;
+}
+
+static void free_candidates(candidate_t *c, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(c[i].name);
+    free(c);
+}
+
+/*
+ * Lists shard index/count's checkpoint files in dir, newest first. Returns
+ * 0; ZPS_EIO with why when the directory cannot be listed (errno in *err:
+ * ENOENT for a missing directory); ZPS_ENOMEM.
+ */
+static int list_shard(const char *dir, uint32_t index, uint32_t count, candidate_t **out,
+                      size_t *n_out, int *err, char *why, size_t why_size)
+{
+    *err = 0;
+    DIR *d = opendir(dir);
+    if (d == NULL) {
+        *err = errno;
+        say(why, why_size, "cannot list %s: %s", dir, strerror(errno));
+        return ZPS_EIO;
+    }
+    candidate_t *list = NULL;
+    size_t n = 0, cap = 0;
+    int rc = 0;
+    for (;;) {
+        errno = 0;
+        struct dirent *de = readdir(d);
+        if (de == NULL) {
+            if (errno != 0) {
+                *err = errno;
+                say(why, why_size, "cannot list %s: %s", dir, strerror(errno));
+                rc = ZPS_EIO;
+            }
+            break;
+        }
+        uint64_t v;
+        if (!match_name(de->d_name, index, count, &v))
+            continue;
+        if (n == cap) {
+            size_t ncap = cap ? 2 * cap : 16;
+            candidate_t *p = realloc(list, ncap * sizeof(*p));
+            if (p == NULL) {
+                rc = ZPS_ENOMEM;
+                break;
+            }
+            list = p;
+            cap = ncap;
+        }
+        list[n].version = v;
+        list[n].name = strdup(de->d_name);
+        if (list[n].name == NULL) {
+            rc = ZPS_ENOMEM;
+            break;
+        }
+        n++;
+    }
+    closedir(d);
+    if (rc != 0) {
+        if (rc == ZPS_ENOMEM)
+            say(why, why_size, "out of memory");
+        free_candidates(list, n);
+        return rc;
+    }
+    if (n > 1)
+        qsort(list, n, sizeof(*list), newest_first);
+    *out = list;
+    *n_out = n;
+    return 0;
+}
+
+int zps_ckpt_find_at_most(const char *dir, uint32_t index, uint32_t count, uint64_t max_version,
+                          zps_ckpt_t *out, char *path_out, size_t path_size, char *report,
+                          size_t report_size)
+{
+    if (report && report_size > 0)
+        report[0] = '\0';
+    if (dir == NULL || out == NULL) {
+        report_add(report, report_size, "no directory or no output\n");
+        return ZPS_EINVAL;
+    }
+    char limit[64] = "";
+    if (max_version != UINT64_MAX)
+        snprintf(limit, sizeof(limit), " at version <= %" PRIu64, max_version);
+
+    candidate_t *list = NULL;
+    size_t n = 0;
+    int err = 0;
+    char why[PATH_MAX + 256];
+    int rc = list_shard(dir, index, count, &list, &n, &err, why, sizeof(why));
+    if (rc != 0) {
+        if (err == ENOENT)
+            report_add(report, report_size,
+                       "no checkpoint for shard %" PRIu32 "/%" PRIu32
+                       " in %s (no such directory)\n",
+                       index, count, dir);
+        else
+            report_add(report, report_size, "%s\n", why);
+        return rc;
+    }
+
+    size_t tried = 0;
+    rc = ZPS_EIO;
+    for (size_t i = 0; i < n; i++) {
+        if (list[i].version > max_version)
+            continue;
+        tried++;
+        char path[PATH_MAX];
+        if (join(dir, list[i].name, path, sizeof(path)) != 0) {
+            report_add(report, report_size, "skipped %s: path too long\n", list[i].name);
+            rc = ZPS_ECORRUPT;
+            continue;
+        }
+        zps_ckpt_t c;
+        int r = zps_ckpt_read(path, &c, why, sizeof(why));
+        if (r == ZPS_ENOMEM) {
+            report_add(report, report_size, "%s: out of memory\n", list[i].name);
+            rc = ZPS_ENOMEM;
+            break;
+        }
+        if (r == 0) {
+            /* Readable and intact; it must also be the shard its name says. */
+            if (zps_ckpt_check_shard(&c, index, count, 0, why, sizeof(why)) != 0) {
+                r = ZPS_ECORRUPT;
+            } else if (c.version != list[i].version) {
+                snprintf(why, sizeof(why),
+                         "the file name says version %" PRIu64
+                         ", the checkpoint holds version %" PRIu64,
+                         list[i].version, c.version);
+                r = ZPS_ECORRUPT;
+            }
+            if (r != 0)
+                zps_ckpt_fini(&c);
+        }
+        if (r != 0) {
+            rc = ZPS_ECORRUPT;
+            report_add(report, report_size, "skipped %s: %s\n", list[i].name, why);
+            continue;
+        }
+        *out = c;
+        if (path_out && path_size > 0)
+            snprintf(path_out, path_size, "%s", path);
+        rc = 0;
+        break;
+    }
+    free_candidates(list, n);
+    if (tried == 0)
+        report_add(report, report_size, "no checkpoint for shard %" PRIu32 "/%" PRIu32 "%s in %s\n",
+                   index, count, limit, dir);
+    else if (rc == ZPS_ECORRUPT)
+        report_add(report, report_size,
+                   "no usable checkpoint for shard %" PRIu32 "/%" PRIu32 "%s in %s\n", index, count,
+                   limit, dir);
+    return rc;
+}
+
+int zps_ckpt_find_latest(const char *dir, uint32_t index, uint32_t count, zps_ckpt_t *out,
+                         char *path_out, size_t path_size, char *report, size_t report_size)
+{
+    return zps_ckpt_find_at_most(dir, index, count, UINT64_MAX, out, path_out, path_size, report,
+                                 report_size);
+}
+
+int zps_ckpt_prune(const char *dir, uint32_t index, uint32_t count, unsigned keep)
+{
+    if (dir == NULL || keep == 0)
+        return ZPS_EINVAL;
+    candidate_t *list = NULL;
+    size_t n = 0;
+    int err = 0;
+    int rc = list_shard(dir, index, count, &list, &n, &err, NULL, 0);
+    if (rc != 0)
+        return rc;
+    for (size_t i = keep; i < n; i++) {
+        char path[PATH_MAX];
+        if (join(dir, list[i].name, path, sizeof(path)) != 0 ||
+            (unlink(path) != 0 && errno != ENOENT))
+            rc = ZPS_EIO;
+    }
+    free_candidates(list, n);
+    return rc;
+}

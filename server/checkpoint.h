@@ -1,0 +1,246 @@
+/*
+ * checkpoint.h - the shard checkpoint file: its format, writing it safely,
+ * reading and verifying it, finding the newest good one, pruning old ones.
+ *
+ * A shard checkpoint is everything a shard needs to continue exactly where it
+ * was: which shard of which model it is, its parameters, its optimizer's
+ * configuration, state arrays and step count, its model version, and the
+ * consistency controller's per-worker clocks. The byte layout is specified in
+ * docs/checkpoint.md: little-endian fixed-width fields, a header, a section
+ * table, and a CRC32C for the header, the table and every section, so that
+ * every byte of a file is covered by exactly one checksum and a reader can
+ * name the part that is bad.
+ *
+ * This module is pure file I/O on plain structs: no sockets, no event loop, no
+ * server internals. The server fills a zps_ckpt_t from its store, optimizer
+ * and staleness controller and hands it to zps_ckpt_write (on a threadpool
+ * thread: a large shard takes a while to write and sync), and on --resume
+ * gets one back from zps_ckpt_find_latest and restores from it. What the
+ * server must put in the struct, in particular the BSP rule for pushes that
+ * were buffered but not yet stepped, is in docs/checkpoint.md.
+ *
+ * Every function here blocks on the file system. None keeps global state
+ * (the temporary-name counter is atomic): any thread may call them, and
+ * concurrent calls on different files are safe. Two writers of the same
+ * shard in the same directory are not supported.
+ */
+#ifndef ZPS_CHECKPOINT_H
+#define ZPS_CHECKPOINT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "optimizer.h"
+#include "shard.h"
+#include "staleness.h"
+
+/* The format this build writes and the only one it reads. */
+#define ZPS_CKPT_FORMAT 1
+/* The first 8 bytes of every checkpoint: "ZPSCKPT" and a NUL. */
+#define ZPS_CKPT_MAGIC "ZPSCKPT"
+/* Final file names: shard-<I>-of-<S>-v<version, 20 digits>.zpsckpt */
+#define ZPS_CKPT_SUFFIX ".zpsckpt"
+
+/* Optimizer state arrays a checkpoint holds at most, and their name size. */
+#define ZPS_CKPT_MAX_STATE 2
+#define ZPS_CKPT_NAME_SIZE 16
+
+/* Section ids (docs/checkpoint.md). State array i has id ZPS_CKPT_SEC_STATE + i. */
+enum {
+    ZPS_CKPT_SEC_SHARD = 1,
+    ZPS_CKPT_SEC_OPTIMIZER = 2,
+    ZPS_CKPT_SEC_WORKERS = 3,
+    ZPS_CKPT_SEC_PARAMS = 4,
+    ZPS_CKPT_SEC_STATE = 0x100,
+};
+#define ZPS_CKPT_MAX_SECTIONS (4 + ZPS_CKPT_MAX_STATE)
+
+/*
+ * One shard's state. Arrays of length 0 (an empty range, no state arrays)
+ * may be NULL. Who owns the arrays depends on where the struct came from:
+ * filled by the caller for zps_ckpt_write, they stay the caller's; filled by
+ * zps_ckpt_read or zps_ckpt_find_latest, they are heap blocks the struct owns
+ * and zps_ckpt_fini frees.
+ */
+typedef struct zps_ckpt {
+    /* Which shard of which model. range must be the one zps_shard_range gives. */
+    uint32_t shard_index, shard_count;
+    uint64_t total;    /* N, elements in the whole model */
+    zps_range_t range; /* [lo, hi): this shard's slice */
+    uint64_t version;  /* v, the shard's model version */
+
+    /* The optimizer: every field of its configuration and its step count t
+     * (zps_optimizer_steps), which is the schedule's position. */
+    zps_opt_config_t opt;
+    uint64_t opt_steps;
+
+    /* The consistency controller: its configuration and, per worker w < W,
+     * the next clock expected (pushed[w]), liveness and dropped-push count. */
+    zps_mode_t mode;
+    uint32_t workers; /* W */
+    uint32_t staleness;
+    uint32_t backup;
+    uint64_t *pushed;  /* [W] */
+    bool *live;        /* [W] */
+    uint64_t *dropped; /* [W] */
+
+    /* The arrays: [hi - lo] float32 each. state[i] is the optimizer's state
+     * array i (zps_optimizer_state) and state_names[i] its name. */
+    float *params;
+    uint32_t nstate;
+    char state_names[ZPS_CKPT_MAX_STATE][ZPS_CKPT_NAME_SIZE];
+    float *state[ZPS_CKPT_MAX_STATE];
+} zps_ckpt_t;
+
+/* Zeroes `c`; zps_ckpt_fini on a zeroed struct is a no-op. */
+void zps_ckpt_init(zps_ckpt_t *c);
+
+/*
+ * Frees the arrays of a struct filled by zps_ckpt_read or
+ * zps_ckpt_find_latest and zeroes it. Never call it on a struct whose
+ * arrays belong to the caller.
+ */
+void zps_ckpt_fini(zps_ckpt_t *c);
+
+/*
+ * Writes `c` as "<dir>/shard-<I>-of-<S>-v<version, 20 digits>.zpsckpt":
+ * into a new temporary file in `dir` (".shard-...zpsckpt.tmp.<pid>.<n>"),
+ * then fsync of the file, rename over the final name (replacing a file of
+ * the same version), fsync of the directory. A crash or a failure at any
+ * point leaves either the old state of the final name or the complete new
+ * file under it, never a partial one; on failure the temporary file is
+ * removed (only a crash can leave one behind; readers ignore it).
+ *
+ * The arrays are read, never changed, and must not change during the call
+ * (the server copies them, or stops stepping, while it writes). Blocks for
+ * the whole write and sync.
+ *
+ * Returns 0 with the final path in path_out (may be NULL; truncated to
+ * path_size), ZPS_EINVAL when `c` is not a valid checkpoint (a bad range, an
+ * optimizer configuration zps_opt_config_check refuses, a state count or
+ * state names that do not match its optimizer, an invalid consistency
+ * configuration, a NULL array of nonzero length, a path too long),
+ * ZPS_EIO when the file system refused, with the step and the errno text,
+ * e.g. "write /ckpt/.shard-0-of-2-...: No space left on device", or
+ * ZPS_ENOMEM. Reasons go to `why` (may be NULL; truncated to why_size).
+ */
+int zps_ckpt_write(const char *dir, const zps_ckpt_t *c, char *path_out, size_t path_size,
+                   char *why, size_t why_size);
+
+/*
+ * Reads and verifies the checkpoint at `path`: magic, format version, the
+ * header's and the section table's checksums, the layout, the file's length,
+ * every section's length and checksum, and that the contents are a valid
+ * shard state (the same rules zps_ckpt_write applies). *out is written only
+ * on success and then owns its arrays (zps_ckpt_fini frees them).
+ *
+ * Returns 0; ZPS_ECORRUPT with the first problem found, for example
+ *   "bad magic: not a zps checkpoint"
+ *   "unsupported format version 7 (this build reads version 1)"
+ *   "header checksum mismatch"
+ *   "truncated: section 'params' ends at byte 4312, file has 1000"
+ *   "section 'optimizer m' checksum mismatch"
+ *   "section 'params' is 12 bytes; range [0, 4) needs 16"
+ * ZPS_EIO when the file cannot be opened or read (the errno text, or "not a
+ * regular file"); ZPS_ENOMEM. Blocks; memory use is the arrays plus a
+ * fixed buffer.
+ */
+int zps_ckpt_read(const char *path, zps_ckpt_t *out, char *why, size_t why_size);
+
+/*
+ * Is `c` a checkpoint of shard `index` of `count`, for a model of
+ * `total_or_0` elements (0: the caller does not know N yet)? Returns 0;
+ * ZPS_ERANGE when it belongs to another shard or another shard count, or its
+ * range is not the one the range rule gives for its N; ZPS_ESIZE when N
+ * differs. The reason (both sides' values) goes to `why`.
+ */
+int zps_ckpt_check_shard(const zps_ckpt_t *c, uint32_t index, uint32_t count, uint64_t total_or_0,
+                         char *why, size_t why_size);
+
+/*
+ * Loads the newest valid checkpoint of shard `index`/`count` in `dir`, by the
+ * version in the file name. A file that fails zps_ckpt_read, whose contents
+ * are not that shard's (zps_ckpt_check_shard with N unknown), or whose
+ * version differs from its name, is skipped and the next older one tried;
+ * each skipped file gets one line in `report`:
+ *   "skipped shard-0-of-2-v...012.zpsckpt: truncated: section 'params' ends at ..."
+ * Other shards' files, temporary files and other names are ignored.
+ *
+ * Returns 0 with *out filled (owning its arrays) and its path in path_out;
+ * ZPS_EIO when there is no candidate at all -- `report` then says
+ * "no checkpoint for shard 0/2 in DIR" -- or `dir` cannot be listed (the
+ * errno text); ZPS_ECORRUPT when candidates exist but none is usable (the
+ * report lists each); ZPS_ENOMEM. `report` may be NULL; it is truncated to
+ * report_size and is written in every case. *out and path_out are written
+ * only on success.
+ */
+int zps_ckpt_find_latest(const char *dir, uint32_t index, uint32_t count, zps_ckpt_t *out,
+                         char *path_out, size_t path_size, char *report, size_t report_size);
+
+/*
+ * As zps_ckpt_find_latest, but considers only versions <= max_version. Under
+ * BSP every shard must resume at the same version (docs/checkpoint.md); when
+ * one shard's newest checkpoint is lost, the operator resumes all of them at
+ * the newest version every shard still has.
+ */
+int zps_ckpt_find_at_most(const char *dir, uint32_t index, uint32_t count, uint64_t max_version,
+                          zps_ckpt_t *out, char *path_out, size_t path_size, char *report,
+                          size_t report_size);
+
+/*
+ * Deletes all but the newest `keep` (>= 1) checkpoint files of shard
+ * `index`/`count` in `dir`, by the version in their names, without reading
+ * them. Other shards' files, temporary files and other names are left alone.
+ * Returns 0; ZPS_EINVAL for keep 0; ZPS_EIO when `dir` cannot be listed or
+ * a file cannot be deleted (the others are still tried).
+ */
+int zps_ckpt_prune(const char *dir, uint32_t index, uint32_t count, unsigned keep);
+
+/*
+ * Verification of one file, part by part, for `zps checkpoint inspect`.
+ */
+typedef struct zps_ckpt_section_check {
+    uint32_t id;
+    char name[32];           /* "shard", "params", "optimizer m", ... */
+    uint64_t offset, length; /* bytes, from the section table */
+    uint32_t crc_stored;     /* from the section table */
+    uint32_t crc_computed;   /* over the bytes present (valid when `read` is true) */
+    bool read;               /* the bytes were there and have been checksummed */
+    int status;              /* 0, or ZPS_ECORRUPT with the reason in `why` */
+    char why[256];
+} zps_ckpt_section_check_t;
+
+typedef struct zps_ckpt_scan {
+    uint64_t file_bytes;   /* the file's size */
+    bool header_ok;        /* header and table verified: the fields below are meaningful */
+    uint32_t format;       /* the header's format version */
+    uint64_t header_total; /* the file size the header records */
+    uint32_t nsections;
+    zps_ckpt_section_check_t sections[ZPS_CKPT_MAX_SECTIONS];
+    /* The small sections that verified, decoded into `meta` (its params and
+     * state arrays stay NULL; pushed/live/dropped are owned by the scan). */
+    bool have_shard, have_optimizer, have_workers;
+    zps_ckpt_t meta;
+} zps_ckpt_scan_t;
+
+/*
+ * Verifies every part of the file at `path` without stopping at the first
+ * bad one (unlike zps_ckpt_read, which stops), and without keeping the large
+ * arrays. *scan is filled as far as the file allows, in every case: a bad
+ * header or table stops the scan there, a bad section does not.
+ *
+ * Returns 0 when the whole file is valid (zps_ckpt_read would accept it),
+ * ZPS_ECORRUPT with the first problem in `why`, ZPS_EIO when the file cannot
+ * be read, ZPS_ENOMEM. Free with zps_ckpt_scan_fini in every case.
+ */
+int zps_ckpt_verify(const char *path, zps_ckpt_scan_t *scan, char *why, size_t why_size);
+void zps_ckpt_scan_fini(zps_ckpt_scan_t *scan);
+
+/*
+ * Writes the checkpoint file name of shard index/count at `version`
+ * (no directory) to buf. Returns 0, or ZPS_EINVAL if it does not fit.
+ */
+int zps_ckpt_file_name(uint32_t index, uint32_t count, uint64_t version, char *buf, size_t size);
+
+#endif

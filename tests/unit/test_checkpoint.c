@@ -1,0 +1,1250 @@
+/*
+ * test_checkpoint.c - the shard checkpoint file: round trips of every field,
+ * the byte layout of docs/checkpoint.md, every refusal with its own message,
+ * the newest-valid search, pruning, the write protocol's failure paths and
+ * `zps checkpoint inspect`.
+ *
+ * Each test works in its own mkdtemp directory, removed afterwards. Byte
+ * offsets are computed here from the layout table in docs/checkpoint.md, not
+ * taken from the code under test.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <math.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "checkpoint.h"
+#include "checksum.h"
+#include "ckpt_inspect.h"
+#include "error.h"
+#include "optimizer.h"
+#include "shard.h"
+
+/* ---- the per-test directory ---- */
+
+static char dir[256];
+
+static int make_dir(void **state)
+{
+    (void)state;
+    const char *base = getenv("TMPDIR");
+    snprintf(dir, sizeof(dir), "%s/zps-test-ckpt-XXXXXX", base && *base ? base : "/tmp");
+    return mkdtemp(dir) ? 0 : -1;
+}
+
+static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)ftw;
+    if (flag == FTW_DP)
+        return rmdir(path);
+    if (chmod(path, 0600) != 0 && errno != ENOENT)
+        return -1;
+    return unlink(path);
+}
+
+static int remove_dir(void **state)
+{
+    (void)state;
+    return nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static const char *in_dir(const char *name)
+{
+    static char path[4][512];
+    static int turn;
+    turn = (turn + 1) % 4;
+    snprintf(path[turn], sizeof(path[turn]), "%s/%s", dir, name);
+    return path[turn];
+}
+
+static const char *ckpt_name(uint32_t i, uint32_t s, uint64_t v)
+{
+    static char name[4][128];
+    static int turn;
+    turn = (turn + 1) % 4;
+    snprintf(name[turn], sizeof(name[turn]),
+             "shard-%" PRIu32 "-of-%" PRIu32 "-v%020" PRIu64 ".zpsckpt", i, s, v);
+    return name[turn];
+}
+
+/* The names in the directory, sorted, joined by spaces. */
+static const char *listing(void)
+{
+    static char out[4096];
+    char *names[256];
+    size_t n = 0;
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL && n < 256) {
+        if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+            names[n++] = strdup(de->d_name);
+    }
+    closedir(d);
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = i + 1; j < n; j++)
+            if (strcmp(names[j], names[i]) < 0) {
+                char *t = names[i];
+                names[i] = names[j];
+                names[j] = t;
+            }
+    out[0] = '\0';
+    for (size_t i = 0; i < n; i++) {
+        strcat(out, i ? " " : "");
+        strcat(out, names[i]);
+        free(names[i]);
+    }
+    return out;
+}
+
+/* ---- files as bytes ---- */
+
+static uint8_t *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *b = malloc((size_t)n + 1);
+    assert_non_null(b);
+    assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    *len = (size_t)n;
+    return b;
+}
+
+static void spit(const char *path, const uint8_t *b, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(b, 1, len, f), len);
+    assert_int_equal(fclose(f), 0);
+}
+
+static void flip_byte(const char *path, size_t at)
+{
+    size_t len;
+    uint8_t *b = slurp(path, &len);
+    assert_true(at < len);
+    b[at] ^= 0x40;
+    spit(path, b, len);
+    free(b);
+}
+
+static void cut_to(const char *path, size_t len)
+{
+    assert_int_equal(truncate(path, (off_t)len), 0);
+}
+
+static uint32_t le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint64_t le64(const uint8_t *p)
+{
+    return (uint64_t)le32(p) | (uint64_t)le32(p + 4) << 32;
+}
+
+static void set_le32(uint8_t *p, uint32_t x)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(x >> (8 * i));
+}
+
+/* ---- a checkpoint with its own arrays ---- */
+
+typedef struct fixture {
+    zps_ckpt_t c;
+    uint64_t pushed[65536];
+    bool live[65536];
+    uint64_t dropped[65536];
+} fixture_t;
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static uint64_t rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+/* Arbitrary float32 bit patterns, including -0, subnormals, infinities and NaNs. */
+static float *random_floats(size_t n)
+{
+    float *x = malloc(n ? n * sizeof(float) : 1);
+    assert_non_null(x);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)rnd();
+        if (i % 7 == 3)
+            u = 0x80000000u; /* -0 */
+        if (i % 11 == 5)
+            u = 0x7fc01234u; /* a NaN with a payload */
+        if (i % 13 == 6)
+            u = 0x00000001u; /* the smallest subnormal */
+        memcpy(&x[i], &u, sizeof(u));
+    }
+    return x;
+}
+
+/*
+ * Shard index/count of a model of `total` elements, with `kind`'s state
+ * arrays, W workers with mixed liveness and counts. Every optimizer
+ * hyperparameter is set to a non-default value.
+ */
+static fixture_t *make_fixture(uint32_t index, uint32_t count, uint64_t total, zps_opt_kind_t kind,
+                               bool nesterov, zps_mode_t mode, uint32_t workers, uint64_t version)
+{
+    fixture_t *f = calloc(1, sizeof(*f));
+    assert_non_null(f);
+    zps_ckpt_t *c = &f->c;
+    c->shard_index = index;
+    c->shard_count = count;
+    c->total = total;
+    assert_int_equal(zps_shard_range(total, index, count, &c->range), 0);
+    c->version = version;
+
+    zps_opt_config_t *o = &c->opt;
+    zps_opt_config_default(o);
+    o->kind = kind;
+    o->nesterov = nesterov;
+    o->lr = 0.0123;
+    o->momentum = 0.875;
+    o->beta1 = 0.81;
+    o->beta2 = 0.9993;
+    o->eps = 3e-7;
+    o->weight_decay = 0.0625;
+    o->schedule = ZPS_SCHED_COSINE;
+    o->step_every = 17;
+    o->gamma = 0.37;
+    o->cosine_steps = 5000;
+    o->lr_min = 1.5e-4;
+    o->warmup = 33;
+    c->opt_steps = version + 1000; /* distinct from the version on purpose */
+
+    c->mode = mode;
+    c->workers = workers;
+    c->staleness = mode == ZPS_MODE_SSP ? 3 : 0;
+    c->backup = mode == ZPS_MODE_BSP && workers > 2 ? 2 : 0;
+    for (uint32_t w = 0; w < workers; w++) {
+        f->pushed[w] = version + (w % 3 == 0 ? 0 : 1) + (uint64_t)w * 1000000007ull;
+        f->live[w] = w % 2 == 0 || w == 3;
+        f->dropped[w] = (uint64_t)w * w + (w == 1 ? UINT64_MAX - 5 : 0);
+    }
+    c->pushed = f->pushed;
+    c->live = f->live;
+    c->dropped = f->dropped;
+
+    size_t len = (size_t)zps_range_len(c->range);
+    c->params = random_floats(len);
+    zps_optimizer_t *opt;
+    assert_int_equal(zps_optimizer_new(o, 0, &opt), 0);
+    c->nstate = (uint32_t)zps_optimizer_state_count(opt);
+    for (uint32_t i = 0; i < c->nstate; i++) {
+        const char *name;
+        zps_optimizer_state(opt, i, &name);
+        snprintf(c->state_names[i], sizeof(c->state_names[i]), "%s", name);
+        c->state[i] = random_floats(len);
+    }
+    zps_optimizer_free(opt);
+    return f;
+}
+
+static void free_fixture(fixture_t *f)
+{
+    free(f->c.params);
+    for (int i = 0; i < ZPS_CKPT_MAX_STATE; i++)
+        free(f->c.state[i]);
+    free(f);
+}
+
+/* Every field, arrays bit for bit. */
+static void assert_same(const zps_ckpt_t *a, const zps_ckpt_t *b)
+{
+    assert_int_equal(a->shard_index, b->shard_index);
+    assert_int_equal(a->shard_count, b->shard_count);
+    assert_int_equal(a->total, b->total);
+    assert_int_equal(a->range.lo, b->range.lo);
+    assert_int_equal(a->range.hi, b->range.hi);
+    assert_int_equal(a->version, b->version);
+    const zps_opt_config_t *x = &a->opt, *y = &b->opt;
+    assert_int_equal(x->kind, y->kind);
+    assert_int_equal(x->nesterov, y->nesterov);
+    assert_memory_equal(&x->lr, &y->lr, sizeof(double));
+    assert_memory_equal(&x->momentum, &y->momentum, sizeof(double));
+    assert_memory_equal(&x->beta1, &y->beta1, sizeof(double));
+    assert_memory_equal(&x->beta2, &y->beta2, sizeof(double));
+    assert_memory_equal(&x->eps, &y->eps, sizeof(double));
+    assert_memory_equal(&x->weight_decay, &y->weight_decay, sizeof(double));
+    assert_int_equal(x->schedule, y->schedule);
+    assert_int_equal(x->step_every, y->step_every);
+    assert_memory_equal(&x->gamma, &y->gamma, sizeof(double));
+    assert_int_equal(x->cosine_steps, y->cosine_steps);
+    assert_memory_equal(&x->lr_min, &y->lr_min, sizeof(double));
+    assert_int_equal(x->warmup, y->warmup);
+    assert_int_equal(a->opt_steps, b->opt_steps);
+    assert_int_equal(a->mode, b->mode);
+    assert_int_equal(a->workers, b->workers);
+    assert_int_equal(a->staleness, b->staleness);
+    assert_int_equal(a->backup, b->backup);
+    for (uint32_t w = 0; w < a->workers; w++) {
+        assert_int_equal(a->pushed[w], b->pushed[w]);
+        assert_int_equal(a->live[w], b->live[w]);
+        assert_int_equal(a->dropped[w], b->dropped[w]);
+    }
+    size_t len = (size_t)zps_range_len(a->range);
+    if (len)
+        assert_memory_equal(a->params, b->params, len * sizeof(float));
+    assert_int_equal(a->nstate, b->nstate);
+    for (uint32_t i = 0; i < a->nstate; i++) {
+        assert_string_equal(a->state_names[i], b->state_names[i]);
+        if (len)
+            assert_memory_equal(a->state[i], b->state[i], len * sizeof(float));
+    }
+}
+
+/* Writes f and returns the path. */
+static const char *write_fixture(const fixture_t *f)
+{
+    static char path[4][512];
+    static int turn;
+    turn = (turn + 1) % 4;
+    char why[512] = "";
+    int rc = zps_ckpt_write(dir, &f->c, path[turn], sizeof(path[turn]), why, sizeof(why));
+    if (rc != 0)
+        fail_msg("zps_ckpt_write: %s: %s", zps_errname(rc), why);
+    return path[turn];
+}
+
+/* Byte offsets of the sections, from docs/checkpoint.md's layout. */
+typedef struct layout {
+    size_t table_end, shard, opt, workers, params, state[2], end;
+} layout_t;
+
+static layout_t layout_of(const zps_ckpt_t *c)
+{
+    layout_t l;
+    size_t len = (size_t)zps_range_len(c->range);
+    l.table_end = 64 + 24 * (4 + (size_t)c->nstate);
+    l.shard = l.table_end;
+    l.opt = l.shard + 40;
+    l.workers = l.opt + 112 + 16 * (size_t)c->nstate;
+    l.params = l.workers + 16 + 17 * (size_t)c->workers;
+    l.state[0] = l.params + 4 * len;
+    l.state[1] = l.state[0] + 4 * len;
+    l.end = l.params + 4 * len * (1 + (size_t)c->nstate);
+    return l;
+}
+
+/* Reads path expecting refusal `code` with exactly `msg`. */
+static void expect_refused(const char *path, int code, const char *msg)
+{
+    zps_ckpt_t out;
+    char why[512] = "";
+    int rc = zps_ckpt_read(path, &out, why, sizeof(why));
+    if (rc != code || strcmp(why, msg) != 0)
+        fail_msg("read %s: got %s \"%s\", want %s \"%s\"", path, zps_errname(rc), why,
+                 zps_errname(code), msg);
+}
+
+/* ---- round trips ---- */
+
+static void test_round_trip_adam(void **state)
+{
+    (void)state;
+    fixture_t *f = make_fixture(1, 3, 1000, ZPS_OPT_ADAM, false, ZPS_MODE_BSP, 5, 4242);
+    assert_int_equal(f->c.nstate, 2);
+    const char *path = write_fixture(f);
+    assert_string_equal(path, in_dir("shard-1-of-3-v00000000000000004242.zpsckpt"));
+    assert_string_equal(listing(), "shard-1-of-3-v00000000000000004242.zpsckpt");
+
+    zps_ckpt_t out;
+    char why[256] = "";
+    assert_int_equal(zps_ckpt_read(path, &out, why, sizeof(why)), 0);
+    assert_same(&f->c, &out);
+    assert_string_equal(out.state_names[0], "m");
+    assert_string_equal(out.state_names[1], "v");
+    assert_int_equal(zps_ckpt_check_shard(&out, 1, 3, 1000, why, sizeof(why)), 0);
+    assert_int_equal(zps_ckpt_check_shard(&out, 1, 3, 0, why, sizeof(why)), 0);
+    zps_ckpt_fini(&out);
+    zps_ckpt_fini(&out); /* a finished struct is zeroed: fini again is harmless */
+    free_fixture(f);
+}
+
+static void test_round_trip_every_optimizer_and_mode(void **state)
+{
+    (void)state;
+    const struct {
+        zps_opt_kind_t kind;
+        bool nesterov;
+        zps_mode_t mode;
+        uint32_t nstate;
+        const char *name0;
+    } cases[] = {
+        {ZPS_OPT_SGD, false, ZPS_MODE_ASP, 0, NULL},
+        {ZPS_OPT_MOMENTUM, false, ZPS_MODE_SSP, 1, "velocity"},
+        {ZPS_OPT_MOMENTUM, true, ZPS_MODE_BSP, 1, "velocity"},
+        {ZPS_OPT_ADAMW, false, ZPS_MODE_SSP, 2, "m"},
+        {ZPS_OPT_ADAGRAD, false, ZPS_MODE_ASP, 1, "sum_sq"},
+    };
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        fixture_t *f =
+            make_fixture(0, 2, 77, cases[k].kind, cases[k].nesterov, cases[k].mode, 3, k);
+        f->c.opt.schedule = (zps_sched_kind_t)(k % 3);
+        const char *path = write_fixture(f);
+        zps_ckpt_t out;
+        char why[256] = "";
+        assert_int_equal(zps_ckpt_read(path, &out, why, sizeof(why)), 0);
+        assert_same(&f->c, &out);
+        assert_int_equal(out.nstate, cases[k].nstate);
+        if (cases[k].name0)
+            assert_string_equal(out.state_names[0], cases[k].name0);
+        zps_ckpt_fini(&out);
+        free_fixture(f);
+    }
+}
+
+/* N < S: shard 1 of 8 of a 3-element model owns nothing and still checkpoints. */
+static void test_round_trip_empty_range(void **state)
+{
+    (void)state;
+    fixture_t *f = make_fixture(1, 8, 3, ZPS_OPT_MOMENTUM, true, ZPS_MODE_BSP, 5, 9);
+    assert_int_equal(zps_range_len(f->c.range), 0);
+    free(f->c.params);
+    free(f->c.state[0]);
+    f->c.params = NULL; /* NULL is allowed for an empty array */
+    f->c.state[0] = NULL;
+    const char *path = write_fixture(f);
+
+    size_t len;
+    uint8_t *b = slurp(path, &len);
+    assert_int_equal(len, layout_of(&f->c).end);
+    free(b);
+
+    zps_ckpt_t out;
+    char why[256] = "";
+    assert_int_equal(zps_ckpt_read(path, &out, why, sizeof(why)), 0);
+    assert_same(&f->c, &out);
+    assert_true(out.opt.nesterov);
+    zps_ckpt_fini(&out);
+    free_fixture(f);
+}
+
+/* Arrays larger than the I/O buffer, and the largest worker count. */
+static void test_round_trip_large(void **state)
+{
+    (void)state;
+    fixture_t *f = make_fixture(2, 3, 450003, ZPS_OPT_ADAM, false, ZPS_MODE_BSP, 65536, 123456789);
+    const char *path = write_fixture(f);
+    zps_ckpt_t out;
+    char why[256] = "";
+    assert_int_equal(zps_ckpt_read(path, &out, why, sizeof(why)), 0);
+    assert_same(&f->c, &out);
+    zps_ckpt_fini(&out);
+    free_fixture(f);
+}
+
+/* Writing the same version again replaces the file whole. */
+static void test_rewrite_same_version(void **state)
+{
+    (void)state;
+    fixture_t *f = make_fixture(0, 1, 10, ZPS_OPT_SGD, false, ZPS_MODE_ASP, 2, 5);
+    write_fixture(f);
+    f->c.params[0] = 42.0f;
+    f->c.pushed[1] = 77;
+    const char *path = write_fixture(f);
+    assert_string_equal(listing(), "shard-0-of-1-v00000000000000000005.zpsckpt");
+    zps_ckpt_t out;
+    char why[256] = "";
+    assert_int_equal(zps_ckpt_read(path, &out, why, sizeof(why)), 0);
+    assert_true(out.params[0] == 42.0f);
+    assert_int_equal(out.pushed[1], 77);
+    zps_ckpt_fini(&out);
+    free_fixture(f);
+}
+
+/*
+ * The point of it all: an optimizer restored from a checkpoint continues
+ * bit for bit like the one that was never interrupted.
+ */
+static void test_restored_optimizer_continues_exactly(void **state)
+{
+    (void)state;
+    const size_t n = 37;
+    fixture_t *f = make_fixture(0, 1, n, ZPS_OPT_ADAMW, false, ZPS_MODE_BSP, 1, 0);
+    zps_optimizer_t *a, *b;
+    assert_int_equal(zps_optimizer_new(&f->c.opt, n, &a), 0);
+    float p[37], g[37];
+    for (size_t i = 0; i < n; i++)
+        p[i] = (float)i * 0.25f - 3.0f;
+    for (int step = 0; step < 3; step++) {
+        for (size_t i = 0; i < n; i++)
+            g[i] = (float)((int)(i * 7 + (size_t)step * 3) % 11) - 5.0f;
+        zps_optimizer_step(a, p, g, 1.0);
+    }
+
+    /* Checkpoint a's state. */
+    memcpy(f->c.params, p, sizeof(p));
+    for (uint32_t i = 0; i < f->c.nstate; i++)
+        memcpy(f->c.state[i], zps_optimizer_state(a, i, NULL), sizeof(p));
+    f->c.opt_steps = zps_optimizer_steps(a);
+    f->c.version = 3;
+    f->pushed[0] = 3;
+    const char *path = write_fixture(f);
+
+    /* Restore into a fresh optimizer b. */
+    zps_ckpt_t out;
+    char why[256] = "";
+    assert_int_equal(zps_ckpt_read(path, &out, why, sizeof(why)), 0);
+    assert_int_equal(zps_optimizer_new(&out.opt, n, &b), 0);
+    assert_int_equal(zps_optimizer_state_count(b), out.nstate);
+    for (uint32_t i = 0; i < out.nstate; i++) {
+        const char *name;
+        float *s = zps_optimizer_state(b, i, &name);
+        assert_string_equal(name, out.state_names[i]);
+        memcpy(s, out.state[i], sizeof(p));
+    }
+    zps_optimizer_set_steps(b, out.opt_steps);
+    float q[37];
+    memcpy(q, out.params, sizeof(q));
+
+    for (int step = 3; step < 8; step++) {
+        for (size_t i = 0; i < n; i++)
+            g[i] = (float)((int)(i * 7 + (size_t)step * 3) % 11) - 5.0f;
+        zps_optimizer_step(a, p, g, 1.0);
+        zps_optimizer_step(b, q, g, 1.0);
+    }
+    assert_memory_equal(p, q, sizeof(p));
+    for (uint32_t i = 0; i < out.nstate; i++)
+        assert_memory_equal(zps_optimizer_state(a, i, NULL), zps_optimizer_state(b, i, NULL),
+                            sizeof(p));
+    zps_optimizer_free(a);
+    zps_optimizer_free(b);
+    zps_ckpt_fini(&out);
+    free_fixture(f);
+}
+
+/* ---- the byte layout is the documented one ---- */
+
+static void test_layout_matches_docs(void **state)
+{
+    (void)state;
+    fixture_t *f = make_fixture(1, 2, 20, ZPS_OPT_ADAM, false, ZPS_MODE_SSP, 3, 0x0102030405060708);
+    const char *path = write_fixture(f);
+    size_t len;
+    uint8_t *b = slurp(path, &len);
+    layout_t l = layout_of(&f->c);
+    assert_int_equal(len, l.end);
+
+    /* Header. */
+    assert_memory_equal(b, "ZPSCKPT\0", 8);
+    assert_int_equal(le32(b + 8), 1);
+    assert_int_equal(le32(b + 12), 64);
+    assert_int_equal(le64(b + 16), len);
+    assert_int_equal(le32(b + 24), 6);
+    assert_int_equal(le32(b + 28), zps_crc32c(0, b + 64, 6 * 24));
+    for (int i = 32; i < 60; i++)
+        assert_int_equal(b[i], 0);
+    assert_int_equal(le32(b + 60), zps_crc32c(0, b, 60));
+
+    /* Table: ids, offsets, lengths, CRCs. */
+    const uint32_t ids[6] = {1, 2, 3, 4, 0x100, 0x101};
+    const size_t offs[6] = {l.shard, l.opt, l.workers, l.params, l.state[0], l.state[1]};
+    const size_t ends[6] = {l.opt, l.workers, l.params, l.state[0], l.state[1], l.end};
+    for (int s = 0; s < 6; s++) {
+        const uint8_t *e = b + 64 + 24 * s;
+        assert_int_equal(le32(e), ids[s]);
+        assert_int_equal(le64(e + 8), offs[s]);
+        assert_int_equal(le64(e + 16), ends[s] - offs[s]);
+        assert_int_equal(le32(e + 4), zps_crc32c(0, b + offs[s], ends[s] - offs[s]));
+    }
+
+    /* Shard section. */
+    const uint8_t *p = b + l.shard;
+    assert_int_equal(le32(p), 1);
+    assert_int_equal(le32(p + 4), 2);
+    assert_int_equal(le64(p + 8), 20);
+    assert_int_equal(le64(p + 16), 10);
+    assert_int_equal(le64(p + 24), 20);
+    assert_int_equal(le64(p + 32), 0x0102030405060708);
+    assert_int_equal(p[32], 0x08); /* little-endian */
+
+    /* Optimizer section: enums, doubles as their bits, counts, names. */
+    p = b + l.opt;
+    assert_int_equal(le32(p), ZPS_OPT_ADAM);
+    assert_int_equal(le32(p + 4), ZPS_SCHED_COSINE);
+    assert_int_equal(le32(p + 8), 0);
+    assert_int_equal(le32(p + 12), 2);
+    const double dbl[8] = {0.0123, 0.875, 0.81, 0.9993, 3e-7, 0.0625, 0.37, 1.5e-4};
+    for (int i = 0; i < 8; i++) {
+        uint64_t bits;
+        memcpy(&bits, &dbl[i], 8);
+        assert_int_equal(le64(p + 16 + 8 * i), bits);
+    }
+    assert_int_equal(le64(p + 80), 17);
+    assert_int_equal(le64(p + 88), 5000);
+    assert_int_equal(le64(p + 96), 33);
+    assert_int_equal(le64(p + 104), f->c.opt_steps);
+    assert_memory_equal(p + 112, "m\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0", 16);
+    assert_memory_equal(p + 128, "v\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0", 16);
+
+    /* Workers section. */
+    p = b + l.workers;
+    assert_int_equal(le32(p), ZPS_MODE_SSP);
+    assert_int_equal(le32(p + 4), 3);
+    assert_int_equal(le32(p + 8), 3);
+    assert_int_equal(le32(p + 12), 0);
+    for (int w = 0; w < 3; w++) {
+        assert_int_equal(le64(p + 16 + 8 * w), f->pushed[w]);
+        assert_int_equal(le64(p + 16 + 24 + 8 * w), f->dropped[w]);
+        assert_int_equal(p[16 + 48 + w], f->live[w] ? 1 : 0);
+    }
+
+    /* Arrays: float32 bit patterns, little-endian. */
+    for (size_t i = 0; i < 10; i++) {
+        uint32_t bits;
+        memcpy(&bits, &f->c.params[i], 4);
+        assert_int_equal(le32(b + l.params + 4 * i), bits);
+        memcpy(&bits, &f->c.state[1][i], 4);
+        assert_int_equal(le32(b + l.state[1] + 4 * i), bits);
+    }
+    free(b);
+    free_fixture(f);
+}
+
+/* ---- refusals, each with its own message ---- */
+
+static void test_refuse_truncated(void **state)
+{
+    (void)state;
+    fixture_t *f = make_fixture(0, 2, 100, ZPS_OPT_ADAM, false, ZPS_MODE_BSP, 5, 8);
+    layout_t l = layout_of(&f->c);
+    char msg[256];
+    const char *path = write_fixture(f);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_size, 1093); /* the worked example in docs/checkpoint.md */
+    assert_int_equal(l.end, 1093);
+
+    /* Inside params. */
+    cut_to(path, l.params + 10);
+    snprintf(msg, sizeof(msg), "truncated: section 'params' ends at byte %zu, file has %zu",
+             l.state[0], l.params + 10);
+    expect_refused(path, ZPS_ECORRUPT, msg);
+
+    /* Inside the last state array: named by its optimizer name. */
+    path = write_fixture(f);
+    cut_to(path, l.end - 1);
+    snprintf(msg, sizeof(msg), "truncated: section 'optimizer v' ends at byte %zu, file has %zu",
+             l.end, l.end - 1);
+    expect_refused(path, ZPS_ECORRUPT, msg);
+
+    /* Inside the workers section. */
+    path = write_fixture(f);
+    cut_to(path, l.workers + 3);
+    snprintf(msg, sizeof(msg), "truncated: section 'workers' ends at byte %zu, file has %zu",
+             l.params, l.workers + 3);
+    expect_refused(path, ZPS_ECORRUPT, msg);
+
+    /* Inside the section table, inside the header, empty. */
+    path = write_fixture(f);
+    cut_to(path, 100);
+    snprintf(msg, sizeof(msg), "truncated: section table ends at byte %zu, file has 100",
+             l.table_end);
+    expect_refused(path, ZPS_ECORRUPT, msg);
+    cut_to(path, 30);
+    expect_refused(path, ZPS_ECORRUPT, "truncated: header ends at byte 64, file has 30");
+    cut_to(path, 0);
+    expect_refused(path, ZPS_ECORRUPT, "truncated: header ends at byte 64, file has 0");
+
+    /* Bytes after the last section. */
+    path = write_fixture(f);
+    FILE *fp = fopen(path, "ab");
+    fputc(0, fp);
+    fclose(fp);
+    snprintf(msg, sizeof(msg),
+             "file has %zu bytes, the header says %zu: trailing bytes after the last section",
+             l.end + 1, l.end);
+    expect_refused(path, ZPS_ECORRUPT, msg);
+    free_fixture(f);
+}
+
+static void test_refuse_flipped_byte_in_each_part(void **state)
+{
+    (void)state;
+    fixture_t *f = make_fixture(0, 2, 100, ZPS_OPT_ADAM, false, ZPS_MODE_BSP, 5, 8);
+    layout_t l = layout_of(&f->c);
+    const struct {
+        size_t at;
+        const char *msg;
+    } cases[] = {
+        {20, "header checksum mismatch"}, /* the recorded file size */
+        {40, "header checksum mismatch"}, /* a reserved byte */
+        {61, "header checksum mismatch"}, /* the header's own CRC */
+        {64 + 24 + 9, "section table checksum mismatch"},
+        {l.shard + 33, "section 'shard' checksum mismatch"},
+        {l.opt + 17, "section 'optimizer' checksum mismatch"},
+        {l.opt + 113, "section 'optimizer' checksum mismatch"}, /* a state name */
+        {l.workers + 16 + 8, "section 'workers' checksum mismatch"},
+        {l.params + 4 * 7 + 2, "section 'params' checksum mismatch"},
+        {l.state[0] + 1, "section 'optimizer m' checksum mismatch"},
+        {l.end - 1, "section 'optimizer v' checksum mismatch"},
+    };
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        const char *path = write_fixture(f);
+        flip_byte(path, cases[k].at);
+        expect_refused(path, ZPS_ECORRUPT, cases[k].msg);
+    }
+    free_fixture(f);
+}
+
+static void test_refuse_magic_and_version(void **state)
+{
+    (void)state;
+    fixture_t *f = make_fixture(0, 1, 10, ZPS_OPT_SGD, false, ZPS_MODE_BSP, 1, 1);
+    const char *path = write_fixture(f);
+    size_t len;
+    uint8_t *b = slurp(path, &len);
+
+    /* Wrong magic, also on a short file. */
+    uint8_t *x = malloc(len);
+    memcpy(x, b, len);
+    x[3] = 'X';
+    spit(path, x, len);
+    expect_refused(path, ZPS_ECORRUPT, "bad magic: not a zps checkpoint");
+    spit(path, (const uint8_t *)"PK\003\004", 4);
+    expect_refused(path, ZPS_ECORRUPT, "bad magic: not a zps checkpoint");
+
+    /* A newer writer's file: version 7 with a consistent header. */
+    memcpy(x, b, len);
+    set_le32(x + 8, 7);
+    set_le32(x + 60, zps_crc32c(0, x, 60));
+    spit(path, x, len);
+    expect_refused(path, ZPS_ECORRUPT, "unsupported format version 7 (this build reads version 1)");
+
+    /* The same number from a damaged version field says so. */
+    memcpy(x, b, len);
+    set_le32(x + 8, 7);
+    spit(path, x, len);
+    expect_refused(path, ZPS_ECORRUPT,
+                   "unsupported format version 7 (this build reads version 1), or a corrupt "
+                   "header: its checksum does not match");
+
+    /* Not a file, not there. */
+    zps_ckpt_t out;
+    char why[512];
+    assert_int_equal(zps_ckpt_read(dir, &out, why, sizeof(why)), ZPS_EIO);
+    assert_non_null(strstr(why, "is not a regular file"));
+    assert_int_equal(zps_ckpt_read(in_dir("missing"), &out, why, sizeof(why)), ZPS_EIO);
+    assert_non_null(strstr(why, "No such file or directory"));
+    free(x);
+    free(b);
+    free_fixture(f);
+}
+
+/*
+ * A file whose checksums are right but whose contents are not a valid shard
+ * state (a writer's bug, or a hand edit with the CRCs recomputed).
+ */
+static void test_refuse_invalid_contents(void **state)
+{
+    (void)state;
+    fixture_t *f = make_fixture(0, 1, 10, ZPS_OPT_ADAM, false, ZPS_MODE_BSP, 3, 1);
+    layout_t l = layout_of(&f->c);
+    const char *path = write_fixture(f);
+    size_t len;
+    uint8_t *b = slurp(path, &len);
+    const struct {
+        size_t at;
+        uint32_t value;
+        int section; /* table entry whose CRC to fix */
+        const char *msg;
+    } cases[] = {
+        {l.opt + 40 + 4, 0x3ff00000, 1,
+         "section 'optimizer': invalid optimizer configuration: --beta2 must be in [0, 1) (got 1)"},
+        {l.opt, 9, 1, "section 'optimizer': unknown optimizer kind 9"},
+        {l.opt + 112, 'q', 1,
+         "section 'optimizer': optimizer adam's state array 0 is 'm', not 'q'"},
+        {l.workers + 12, 3, 2,
+         "section 'workers': invalid consistency configuration: --backup-workers must be less "
+         "than --workers"},
+        {l.workers + 16 + 48 + 1, 7, 2, "section 'workers': live[1] is 7, not 0 or 1"},
+        {l.shard + 24, 11, 0, "section 'shard': range [0, 11) does not fit a model of 10 elements"},
+    };
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        uint8_t *x = malloc(len);
+        memcpy(x, b, len);
+        if (cases[k].value <= 0xff && cases[k].at >= l.opt + 112 && cases[k].at < l.workers)
+            x[cases[k].at] = (uint8_t)cases[k].value;
+        else if (cases[k].at == l.workers + 16 + 48 + 1)
+            x[cases[k].at] = (uint8_t)cases[k].value;
+        else
+            set_le32(x + cases[k].at, cases[k].value);
+        /* Recompute the section's CRC, then the table's, then the header's. */
+        uint8_t *e = x + 64 + 24 * cases[k].section;
+        set_le32(e + 4, zps_crc32c(0, x + le64(e + 8), le64(e + 16)));
+        set_le32(x + 28, zps_crc32c(0, x + 64, 24 * 6));
+        set_le32(x + 60, zps_crc32c(0, x, 60));
+        spit(path, x, len);
+        expect_refused(path, ZPS_ECORRUPT, cases[k].msg);
+        free(x);
+    }
+    free(b);
+    free_fixture(f);
+}
+
+static void test_check_shard(void **state)
+{
+    (void)state;
+    fixture_t *f = make_fixture(1, 3, 1000, ZPS_OPT_SGD, false, ZPS_MODE_BSP, 2, 1);
+    char why[256];
+    assert_int_equal(zps_ckpt_check_shard(&f->c, 1, 3, 1000, why, sizeof(why)), 0);
+    assert_int_equal(zps_ckpt_check_shard(&f->c, 0, 3, 1000, why, sizeof(why)), ZPS_ERANGE);
+    assert_string_equal(why, "the checkpoint is of shard 1/3, this is shard 0/3");
+    assert_int_equal(zps_ckpt_check_shard(&f->c, 1, 4, 0, why, sizeof(why)), ZPS_ERANGE);
+    assert_string_equal(why, "the checkpoint is of shard 1/3, this is shard 1/4");
+    assert_int_equal(zps_ckpt_check_shard(&f->c, 1, 3, 999, why, sizeof(why)), ZPS_ESIZE);
+    assert_string_equal(why, "the checkpoint holds a model of 1000 elements, this one has 999");
+    f->c.range.lo += 1;
+    assert_int_equal(zps_ckpt_check_shard(&f->c, 1, 3, 0, why, sizeof(why)), ZPS_ERANGE);
+    assert_string_equal(why, "the checkpoint's range [334, 666) is not shard 1/3's range "
+                             "[333, 666) of a model of 1000 elements");
+    free_fixture(f);
+}
+
+/* ---- writing: bad input, and failures that must leave nothing behind ---- */
+
+static void test_write_refuses_invalid(void **state)
+{
+    (void)state;
+    char why[512];
+    fixture_t *f = make_fixture(0, 2, 100, ZPS_OPT_ADAM, false, ZPS_MODE_BSP, 4, 1);
+    zps_ckpt_t c = f->c;
+
+    c.range.hi -= 1;
+    assert_int_equal(zps_ckpt_write(dir, &c, NULL, 0, why, sizeof(why)), ZPS_EINVAL);
+    assert_string_equal(why, "not a valid checkpoint: range [0, 49) is not shard 0/2's range "
+                             "[0, 50) of a model of 100 elements");
+    c = f->c;
+    c.opt.eps = 0;
+    assert_int_equal(zps_ckpt_write(dir, &c, NULL, 0, why, sizeof(why)), ZPS_EINVAL);
+    assert_string_equal(why, "not a valid checkpoint: invalid optimizer configuration: --eps must "
+                             "be > 0 and a normal float32 number (got 0)");
+    c = f->c;
+    c.nstate = 1;
+    assert_int_equal(zps_ckpt_write(dir, &c, NULL, 0, why, sizeof(why)), ZPS_EINVAL);
+    assert_string_equal(why, "not a valid checkpoint: optimizer adam keeps 2 state arrays, not 1");
+    c = f->c;
+    strcpy(c.state_names[1], "w");
+    assert_int_equal(zps_ckpt_write(dir, &c, NULL, 0, why, sizeof(why)), ZPS_EINVAL);
+    assert_string_equal(why, "not a valid checkpoint: optimizer adam's state array 1 is 'v', not "
+                             "'w'");
+    c = f->c;
+    c.workers = 0;
+    assert_int_equal(zps_ckpt_write(dir, &c, NULL, 0, why, sizeof(why)), ZPS_EINVAL);
+    assert_string_equal(why, "not a valid checkpoint: invalid consistency configuration: "
+                             "--workers must be between 1 and 65536");
+    c = f->c;
+    c.params = NULL;
+    assert_int_equal(zps_ckpt_write(dir, &c, NULL, 0, why, sizeof(why)), ZPS_EINVAL);
+    assert_string_equal(why, "not a valid checkpoint: params is NULL for a range of 50 elements");
+    c = f->c;
+    c.shard_index = 2;
+    assert_int_equal(zps_ckpt_write(dir, &c, NULL, 0, why, sizeof(why)), ZPS_EINVAL);
+    assert_string_equal(why, "not a valid checkpoint: shard 2/2 does not exist (need I < S)");
+    assert_string_equal(listing(), "");
+    free_fixture(f);
+}
+
+static void test_failed_write_leaves_nothing(void **state)
+{
+    (void)state;
+    char why[1024];
+    fixture_t *f = make_fixture(0, 1, 10000, ZPS_OPT_MOMENTUM, false, ZPS_MODE_BSP, 2, 3);
+
+    /* The "directory" is a regular file: nothing can be created in it (even as root). */
+    spit(in_dir("plain"), (const uint8_t *)"x", 1);
+    assert_int_equal(zps_ckpt_write(in_dir("plain"), &f->c, NULL, 0, why, sizeof(why)), ZPS_EIO);
+    assert_non_null(strstr(why, "Not a directory"));
+    assert_string_equal(listing(), "plain");
+    assert_int_equal(unlink(in_dir("plain")), 0);
+
+    /* The file system refuses in the middle of the data (a file size limit
+     * stands in for a full disk): the temporary file must go. */
+    struct rlimit old, small = {.rlim_cur = 4096, .rlim_max = RLIM_INFINITY};
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+    small.rlim_max = old.rlim_max;
+    void (*oldsig)(int) = signal(SIGXFSZ, SIG_IGN);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &small), 0);
+    int rc = zps_ckpt_write(dir, &f->c, NULL, 0, why, sizeof(why));
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+    signal(SIGXFSZ, oldsig);
+    assert_int_equal(rc, ZPS_EIO);
+    assert_non_null(strstr(why, "File too large"));
+    assert_true(strncmp(why, "write ", 6) == 0);
+    assert_string_equal(listing(), "");
+
+    /* The rename fails (the final name is a directory): the temporary goes,
+     * the directory in the way stays. */
+    const char *name = ckpt_name(0, 1, 3);
+    assert_int_equal(mkdir(in_dir(name), 0700), 0);
+    spit(in_dir("shard-0-of-1-v00000000000000000003.zpsckpt/keep"), (const uint8_t *)"k", 1);
+    rc = zps_ckpt_write(dir, &f->c, NULL, 0, why, sizeof(why));
+    assert_int_equal(rc, ZPS_EIO);
+    assert_true(strncmp(why, "rename ", 7) == 0);
+    assert_string_equal(listing(), name);
+
+    /* An existing good file survives a failed rewrite of its version. */
+    f->c.version = 4;
+    const char *good = write_fixture(f);
+    float keep0 = f->c.params[0];
+    f->c.params[0] = keep0 + 1.0f;
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &small), 0);
+    signal(SIGXFSZ, SIG_IGN);
+    rc = zps_ckpt_write(dir, &f->c, NULL, 0, why, sizeof(why));
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+    signal(SIGXFSZ, oldsig);
+    assert_int_equal(rc, ZPS_EIO);
+    zps_ckpt_t out;
+    assert_int_equal(zps_ckpt_read(good, &out, why, sizeof(why)), 0);
+    assert_memory_equal(&out.params[0], &keep0, sizeof(float));
+    zps_ckpt_fini(&out);
+    free_fixture(f);
+}
+
+/* ---- the newest valid checkpoint ---- */
+
+static void test_find_latest_skips_bad_files(void **state)
+{
+    (void)state;
+    fixture_t *f = make_fixture(0, 2, 100, ZPS_OPT_ADAM, false, ZPS_MODE_BSP, 5, 3);
+    layout_t l = layout_of(&f->c);
+    write_fixture(f);
+    f->c.version = 7;
+    f->c.params[0] = 7.0f;
+    const char *v7 = write_fixture(f);
+    f->c.version = 12;
+    const char *v12 = write_fixture(f);
+    cut_to(v12, l.params + 4);
+    flip_byte(v7, l.params + 8);
+
+    /* Decoys that must be ignored: other shards (newer), a temporary file, a
+     * wrongly formatted name, another file. */
+    fixture_t *other = make_fixture(1, 2, 100, ZPS_OPT_ADAM, false, ZPS_MODE_BSP, 5, 20);
+    write_fixture(other);
+    free_fixture(other);
+    other = make_fixture(0, 3, 100, ZPS_OPT_ADAM, false, ZPS_MODE_BSP, 5, 30);
+    write_fixture(other);
+    free_fixture(other);
+    spit(in_dir(".shard-0-of-2-v00000000000000000099.zpsckpt.tmp.1.2"), (const uint8_t *)"x", 1);
+    spit(in_dir("shard-0-of-2-v99.zpsckpt"), (const uint8_t *)"x", 1);
+    spit(in_dir("shard-0-of-2-v00000000000000000099.zpsckpt.bak"), (const uint8_t *)"x", 1);
+    spit(in_dir("notes.txt"), (const uint8_t *)"x", 1);
+
+    zps_ckpt_t out;
+    char path[512], report[2048], want[2048];
+    int rc = zps_ckpt_find_latest(dir, 0, 2, &out, path, sizeof(path), report, sizeof(report));
+    if (rc != 0)
+        fail_msg("find_latest: %s\n%s", zps_errname(rc), report);
+    assert_string_equal(path, in_dir(ckpt_name(0, 2, 3)));
+    assert_int_equal(out.version, 3);
+    f->c.version = 3;
+    f->c.params[0] = out.params[0];
+    assert_same(&f->c, &out);
+    zps_ckpt_fini(&out);
+    snprintf(want, sizeof(want),
+             "skipped %s: truncated: section 'params' ends at byte %zu, file has %zu\n"
+             "skipped %s: section 'params' checksum mismatch\n",
+             ckpt_name(0, 2, 12), l.state[0], l.params + 4, ckpt_name(0, 2, 7));
+    assert_string_equal(report, want);
+
+    /* At most version 10: v7 is bad, so v3 again; at most 2: none. */
+    rc = zps_ckpt_find_at_most(dir, 0, 2, 10, &out, NULL, 0, report, sizeof(report));
+    assert_int_equal(rc, 0);
+    assert_int_equal(out.version, 3);
+    zps_ckpt_fini(&out);
+    rc = zps_ckpt_find_at_most(dir, 0, 2, 2, &out, NULL, 0, report, sizeof(report));
+    assert_int_equal(rc, ZPS_EIO);
+    snprintf(want, sizeof(want), "no checkpoint for shard 0/2 at version <= 2 in %s\n", dir);
+    assert_string_equal(report, want);
+
+    /* Nothing usable at all: every candidate listed, then the verdict. */
+    assert_int_equal(unlink(in_dir(ckpt_name(0, 2, 3))), 0);
+    rc = zps_ckpt_find_latest(dir, 0, 2, &out, path, sizeof(path), report, sizeof(report));
+    assert_int_equal(rc, ZPS_ECORRUPT);
+    assert_non_null(strstr(report, ckpt_name(0, 2, 12)));
+    assert_non_null(strstr(report, ckpt_name(0, 2, 7)));
+    snprintf(want, sizeof(want), "no usable checkpoint for shard 0/2 in %s\n", dir);
+    assert_non_null(strstr(report, want));
+    free_fixture(f);
+}
+
+/* A file must be the checkpoint its name says it is. */
+static void test_find_latest_checks_names(void **state)
+{
+    (void)state;
+    fixture_t *f = make_fixture(0, 2, 100, ZPS_OPT_SGD, false, ZPS_MODE_ASP, 2, 4);
+    const char *v4 = write_fixture(f);
+    fixture_t *g = make_fixture(1, 2, 100, ZPS_OPT_SGD, false, ZPS_MODE_ASP, 2, 6);
+    const char *s1 = write_fixture(g);
+    size_t len;
+    uint8_t *b = slurp(v4, &len);
+    spit(in_dir(ckpt_name(0, 2, 5)), b, len); /* v4's contents under v5's name */
+    free(b);
+    b = slurp(s1, &len);
+    spit(in_dir(ckpt_name(0, 2, 6)), b, len); /* shard 1's file under shard 0's name */
+    free(b);
+
+    zps_ckpt_t out;
+    char report[2048], want[2048];
+    assert_int_equal(zps_ckpt_find_latest(dir, 0, 2, &out, NULL, 0, report, sizeof(report)), 0);
+    assert_int_equal(out.version, 4);
+    assert_int_equal(out.shard_index, 0);
+    zps_ckpt_fini(&out);
+    snprintf(want, sizeof(want),
+             "skipped %s: the checkpoint is of shard 1/2, this is shard 0/2\n"
+             "skipped %s: the file name says version 5, the checkpoint holds version 4\n",
+             ckpt_name(0, 2, 6), ckpt_name(0, 2, 5));
+    assert_string_equal(report, want);
+    free_fixture(f);
+    free_fixture(g);
+}
+
+static void test_find_latest_none(void **state)
+{
+    (void)state;
+    zps_ckpt_t out;
+    char report[1024], want[1024];
+    assert_int_equal(zps_ckpt_find_latest(dir, 0, 2, &out, NULL, 0, report, sizeof(report)),
+                     ZPS_EIO);
+    snprintf(want, sizeof(want), "no checkpoint for shard 0/2 in %s\n", dir);
+    assert_string_equal(report, want);
+
+    assert_int_equal(
+        zps_ckpt_find_latest(in_dir("nope"), 0, 2, &out, NULL, 0, report, sizeof(report)), ZPS_EIO);
+    snprintf(want, sizeof(want), "no checkpoint for shard 0/2 in %s (no such directory)\n",
+             in_dir("nope"));
+    assert_string_equal(report, want);
+
+    /* The report is cut to its size, never overrun. */
+    char tiny[8];
+    assert_int_equal(zps_ckpt_find_latest(dir, 0, 2, &out, NULL, 0, tiny, sizeof(tiny)), ZPS_EIO);
+    assert_string_equal(tiny, "no chec");
+}
+
+/* ---- pruning ---- */
+
+static void test_prune(void **state)
+{
+    (void)state;
+    fixture_t *f = make_fixture(0, 2, 10, ZPS_OPT_SGD, false, ZPS_MODE_BSP, 1, 0);
+    for (uint64_t v = 1; v <= 6; v++) {
+        f->c.version = v;
+        write_fixture(f);
+    }
+    fixture_t *g = make_fixture(1, 2, 10, ZPS_OPT_SGD, false, ZPS_MODE_BSP, 1, 0);
+    for (uint64_t v = 1; v <= 3; v++) {
+        g->c.version = v;
+        write_fixture(g);
+    }
+    fixture_t *h = make_fixture(0, 3, 10, ZPS_OPT_SGD, false, ZPS_MODE_BSP, 1, 1);
+    write_fixture(h);
+    spit(in_dir("notes.txt"), (const uint8_t *)"x", 1);
+    spit(in_dir(".shard-0-of-2-v00000000000000000001.zpsckpt.tmp.9.9"), (const uint8_t *)"x", 1);
+
+    assert_int_equal(zps_ckpt_prune(dir, 0, 2, 0), ZPS_EINVAL);
+    assert_int_equal(zps_ckpt_prune(dir, 0, 2, 10), 0); /* fewer than keep: nothing goes */
+    assert_int_equal(zps_ckpt_prune(dir, 0, 2, 2), 0);
+    char want[2048];
+    snprintf(want, sizeof(want),
+             ".shard-0-of-2-v00000000000000000001.zpsckpt.tmp.9.9 notes.txt "
+             "%s %s %s %s %s %s",
+             ckpt_name(0, 2, 5), ckpt_name(0, 2, 6), ckpt_name(0, 3, 1), ckpt_name(1, 2, 1),
+             ckpt_name(1, 2, 2), ckpt_name(1, 2, 3));
+    /* ckpt_name rotates four buffers: build the expectation in two steps. */
+    char part[512];
+    snprintf(part, sizeof(part),
+             ".shard-0-of-2-v00000000000000000001.zpsckpt.tmp.9.9 notes.txt "
+             "%s %s %s ",
+             ckpt_name(0, 2, 5), ckpt_name(0, 2, 6), ckpt_name(0, 3, 1));
+    snprintf(want, sizeof(want), "%s%s %s %s", part, ckpt_name(1, 2, 1), ckpt_name(1, 2, 2),
+             ckpt_name(1, 2, 3));
+    assert_string_equal(listing(), want);
+
+    assert_int_equal(zps_ckpt_prune(in_dir("nope"), 0, 2, 1), ZPS_EIO);
+    free_fixture(f);
+    free_fixture(g);
+    free_fixture(h);
+}
+
+/* ---- verification part by part ---- */
+
+static void test_verify_reports_every_section(void **state)
+{
+    (void)state;
+    fixture_t *f = make_fixture(0, 2, 100, ZPS_OPT_ADAM, false, ZPS_MODE_BSP, 5, 8);
+    layout_t l = layout_of(&f->c);
+    const char *path = write_fixture(f);
+
+    zps_ckpt_scan_t scan;
+    char why[256];
+    assert_int_equal(zps_ckpt_verify(path, &scan, why, sizeof(why)), 0);
+    assert_true(scan.header_ok && scan.have_shard && scan.have_optimizer && scan.have_workers);
+    assert_int_equal(scan.nsections, 6);
+    assert_string_equal(scan.sections[5].name, "optimizer v");
+    for (int s = 0; s < 6; s++) {
+        assert_int_equal(scan.sections[s].status, 0);
+        assert_true(scan.sections[s].read);
+        assert_int_equal(scan.sections[s].crc_computed, scan.sections[s].crc_stored);
+    }
+    assert_int_equal(scan.meta.pushed[4], f->pushed[4]);
+    assert_null(scan.meta.params);
+    zps_ckpt_scan_fini(&scan);
+
+    /* Two bad sections: both named, the first one reported. */
+    flip_byte(path, l.params + 1);
+    flip_byte(path, l.state[0] + 1);
+    assert_int_equal(zps_ckpt_verify(path, &scan, why, sizeof(why)), ZPS_ECORRUPT);
+    assert_string_equal(why, "section 'params' checksum mismatch");
+    const int bad[6] = {0, 0, 0, 1, 1, 0};
+    for (int s = 0; s < 6; s++)
+        assert_int_equal(scan.sections[s].status, bad[s] ? ZPS_ECORRUPT : 0);
+    assert_string_equal(scan.sections[4].why, "section 'optimizer m' checksum mismatch");
+    zps_ckpt_scan_fini(&scan);
+
+    /* Truncated in 'optimizer m': params still verified, m and v truncated. */
+    path = write_fixture(f);
+    cut_to(path, l.state[0] + 8);
+    assert_int_equal(zps_ckpt_verify(path, &scan, why, sizeof(why)), ZPS_ECORRUPT);
+    assert_int_equal(scan.sections[3].status, 0);
+    assert_int_equal(scan.sections[4].status, ZPS_ECORRUPT);
+    assert_int_equal(scan.sections[5].status, ZPS_ECORRUPT);
+    assert_false(scan.sections[5].read);
+    char msg[256];
+    snprintf(msg, sizeof(msg), "truncated: section 'optimizer m' ends at byte %zu, file has %zu",
+             l.state[1], l.state[0] + 8);
+    assert_string_equal(why, msg);
+    zps_ckpt_scan_fini(&scan);
+    free_fixture(f);
+}
+
+/* ---- zps checkpoint inspect ---- */
+
+/* Runs the command with stdout captured; returns its exit status, output in out. */
+static int run_inspect(const char *path, char *out, size_t size)
+{
+    fflush(stdout);
+    int saved = dup(1);
+    const char *cap = in_dir("inspect.out");
+    int fd = open(cap, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    assert_true(saved >= 0 && fd >= 0);
+    dup2(fd, 1);
+    close(fd);
+    /* And stderr, so the failing cases stay quiet. */
+    int saved_err = dup(2);
+    int devnull = open("/dev/null", O_WRONLY);
+    dup2(devnull, 2);
+    close(devnull);
+    int status = zps_cmd_checkpoint_inspect(path);
+    fflush(stdout);
+    fflush(stderr);
+    dup2(saved, 1);
+    close(saved);
+    dup2(saved_err, 2);
+    close(saved_err);
+    size_t n;
+    uint8_t *b = slurp(cap, &n);
+    snprintf(out, size, "%.*s", (int)n, (const char *)b);
+    free(b);
+    unlink(cap);
+    return status;
+}
+
+static void test_inspect(void **state)
+{
+    (void)state;
+    static char out[1 << 16];
+    fixture_t *f = make_fixture(1, 2, 100, ZPS_OPT_ADAM, false, ZPS_MODE_BSP, 5, 8);
+    const char *path = write_fixture(f);
+    layout_t l = layout_of(&f->c);
+
+    assert_int_equal(run_inspect(path, out, sizeof(out)), 0);
+    assert_non_null(strstr(out, "result        valid\n"));
+    assert_non_null(strstr(out, "format version 1"));
+    assert_non_null(strstr(out, "shard         1/2 of a model of 100 elements: range [50, 100), "
+                                "50 parameters"));
+    assert_non_null(strstr(out, "version       8\n"));
+    assert_non_null(strstr(out, "optimizer     adam, step count 1008, state arrays: m v\n"));
+    assert_non_null(strstr(out, "  lr 0.0123  momentum 0.875  nesterov no  beta1 0.81  beta2 "
+                                "0.9993\n"));
+    assert_non_null(strstr(out, "consistency   bsp, 5 workers, staleness 0, backup workers 2\n"));
+    assert_non_null(strstr(out, "optimizer m"));
+
+    /* Corrupt: exit 1, the bad section named, the good ones still shown. */
+    flip_byte(path, l.params + 3);
+    assert_int_equal(run_inspect(path, out, sizeof(out)), 1);
+    assert_non_null(strstr(out, "result        INVALID: section 'params' checksum mismatch\n"));
+    assert_non_null(strstr(out, "version       8\n"));
+
+    /* Intact, but not the checkpoint its name says: --resume would skip it. */
+    path = write_fixture(f);
+    assert_int_equal(rename(path, in_dir(ckpt_name(1, 2, 9))), 0);
+    assert_int_equal(run_inspect(in_dir(ckpt_name(1, 2, 9)), out, sizeof(out)), 1);
+    assert_non_null(strstr(out, "INVALID: the file name does not match its contents"));
+
+    /* Not a checkpoint at all; unusable paths. */
+    spit(in_dir("junk"), (const uint8_t *)"hello, world", 12);
+    assert_int_equal(run_inspect(in_dir("junk"), out, sizeof(out)), 1);
+    assert_non_null(strstr(out, "header        bad: bad magic: not a zps checkpoint\n"));
+    assert_int_equal(run_inspect(in_dir("missing"), out, sizeof(out)), 2);
+    assert_int_equal(run_inspect(dir, out, sizeof(out)), 2);
+    free_fixture(f);
+}
+
+#define T(fn) cmocka_unit_test_setup_teardown(fn, make_dir, remove_dir)
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        T(test_round_trip_adam),
+        T(test_round_trip_every_optimizer_and_mode),
+        T(test_round_trip_empty_range),
+        T(test_round_trip_large),
+        T(test_rewrite_same_version),
+        T(test_restored_optimizer_continues_exactly),
+        T(test_layout_matches_docs),
+        T(test_refuse_truncated),
+        T(test_refuse_flipped_byte_in_each_part),
+        T(test_refuse_magic_and_version),
+        T(test_refuse_invalid_contents),
+        T(test_check_shard),
+        T(test_write_refuses_invalid),
+        T(test_failed_write_leaves_nothing),
+        T(test_find_latest_skips_bad_files),
+        T(test_find_latest_checks_names),
+        T(test_find_latest_none),
+        T(test_prune),
+        T(test_verify_reports_every_section),
+        T(test_inspect),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

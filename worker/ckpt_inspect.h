@@ -1,0 +1,19 @@
+/*
+ * ckpt_inspect.h - `zps checkpoint inspect FILE`: a shard checkpoint, verified
+ * part by part and printed for people.
+ */
+#ifndef ZPS_CKPT_INSPECT_H
+#define ZPS_CKPT_INSPECT_H
+
+/*
+ * Prints the file's header, every section of its table with its stored and
+ * computed CRC32C and verdict, and the shard state it holds (on stdout; a
+ * path that cannot be used is reported on stderr). Blocks while it reads the
+ * whole file once or twice. Returns the process exit status: 0 the file is a
+ * valid checkpoint that --resume would accept, 1 it is invalid or corrupt
+ * (the first problem is named on the last line), 2 the path cannot be used
+ * (missing, unreadable, not a regular file).
+ */
+int zps_cmd_checkpoint_inspect(const char *path);
+
+#endif
