@@ -109,6 +109,14 @@ struct server {
     uint64_t errors_logged;
     uint64_t error_log_window;
 
+    /* The parameters of one version, as a pull reply's payload. Every pull of
+     * that version shares it (ZeroMQ counts references to message content),
+     * so W workers pulling the same version cost one copy, not W. */
+    zmq_msg_t reply_cache;
+    bool reply_cached;
+    uint64_t reply_cache_version;
+    uint32_t reply_cache_crc;
+
     ckpt_job_t *ckpt_running; /* on the threadpool */
     ckpt_job_t *ckpt_queue;   /* waiting for it, oldest first */
     size_t ckpt_queued;
@@ -176,22 +184,48 @@ static bool log_allowed(server_t *s)
     return s->errors_logged++ < 20;
 }
 
-static void send_reply(server_t *s, const zps_peer_t *peer, zps_header_t *h, const float *payload,
-                       size_t count)
+/*
+ * The pull payload for the current version: the parameters change under
+ * later pushes, so replies carry a copy, made (with its checksum, in the
+ * same pass) once per version. On success *m is a new reference to it.
+ */
+static int params_payload(server_t *s, zmq_msg_t *m, uint32_t *crc)
+{
+    uint64_t v = zps_stale_version(s->st);
+    if (!s->reply_cached || s->reply_cache_version != v) {
+        zmq_msg_t fresh;
+        size_t n = s->store.len;
+        if (zmq_msg_init_size(&fresh, n * sizeof(float)) != 0)
+            return ZPS_ENOMEM;
+        s->reply_cache_crc = zps_wire_copy_crc(zmq_msg_data(&fresh), s->store.params, n);
+        if (s->reply_cached)
+            zmq_msg_close(&s->reply_cache);
+        zmq_msg_init(&s->reply_cache);
+        zmq_msg_move(&s->reply_cache, &fresh);
+        zmq_msg_close(&fresh);
+        s->reply_cached = true;
+        s->reply_cache_version = v;
+    }
+    zmq_msg_init(m);
+    if (zmq_msg_copy(m, &s->reply_cache) != 0)
+        return ZPS_ENOMEM;
+    *crc = s->reply_cache_crc;
+    return 0;
+}
+
+/* Sends a reply; a PULL reply's payload is the current parameters. */
+static void send_reply(server_t *s, const zps_peer_t *peer, zps_header_t *h)
 {
     h->reply = true;
     h->version = ZPS_PROTOCOL_VERSION;
     int rc;
     if (zps_wire_wants_payload(h)) {
-        /* The parameters change under later pushes, so the reply carries a
-         * copy; the checksum is computed in the same pass. */
         zmq_msg_t m;
-        if (zmq_msg_init_size(&m, count * sizeof(float)) != 0) {
-            zps_error("out of memory for a %zu-element reply", count);
+        if (params_payload(s, &m, &h->checksum) != 0) {
+            zps_error("out of memory for a %zu-element reply", s->store.len);
             return;
         }
-        h->checksum = zps_wire_copy_crc(zmq_msg_data(&m), payload, count);
-        s->count.bytes_out += count * sizeof(float);
+        s->count.bytes_out += zmq_msg_size(&m);
         rc = zps_wire_send_msg(s->sock, peer, h, &m, ZMQ_DONTWAIT);
     } else {
         rc = zps_wire_send(s->sock, peer, h, NULL, 0, NULL, NULL, ZMQ_DONTWAIT);
@@ -233,7 +267,7 @@ __attribute__((format(printf, 5, 6))) static void reply_error(server_t *s, const
     if (log_allowed(s))
         zps_warn("refused request %llu from worker %d: %s (%s)",
                  (unsigned long long)req->request_id, req->worker, h.error, zps_errname(code));
-    send_reply(s, peer, &h, NULL, 0);
+    send_reply(s, peer, &h);
 }
 
 /* An OK reply header for `req`, with the shard's current state filled in. */
@@ -258,7 +292,7 @@ static void answer_pull(server_t *s, const zps_peer_t *peer, const zps_header_t 
     zps_header_t h;
     reply_header(s, req, &h);
     h.offset = s->store.range.lo;
-    send_reply(s, peer, &h, s->store.params, s->store.len);
+    send_reply(s, peer, &h);
 }
 
 /* Answers every parked pull the rules now allow. */
@@ -392,7 +426,7 @@ static void ckpt_report(server_t *s, ckpt_job_t *j)
     reply_header(s, &j->req, &h);
     h.model_version = j->snap.version;
     h.json = json;
-    send_reply(s, &j->peer, &h, NULL, 0);
+    send_reply(s, &j->peer, &h);
     free(json);
 }
 
@@ -577,7 +611,7 @@ static void handle_init(server_t *s, zps_message_t *m)
     }
     zps_header_t h;
     reply_header(s, req, &h);
-    send_reply(s, &m->peer, &h, NULL, 0);
+    send_reply(s, &m->peer, &h);
     answer_ready_pulls(s);
 }
 
@@ -736,7 +770,7 @@ static void handle_push(server_t *s, zps_message_t *m)
         h.flags |= ZPS_FLAG_DROPPED;
         break;
     }
-    send_reply(s, &m->peer, &h, NULL, 0);
+    send_reply(s, &m->peer, &h);
     take_bsp_steps(s);
     answer_ready_pulls(s);
 }
@@ -830,7 +864,7 @@ static void handle_stats(server_t *s, zps_message_t *m)
     zps_header_t h;
     reply_header(s, &m->hdr, &h);
     h.json = json;
-    send_reply(s, &m->peer, &h, NULL, 0);
+    send_reply(s, &m->peer, &h);
     free(json);
 }
 
@@ -856,7 +890,7 @@ static void handle_heartbeat(server_t *s, zps_message_t *m)
         return;
     zps_header_t h;
     reply_header(s, &m->hdr, &h);
-    send_reply(s, &m->peer, &h, NULL, 0);
+    send_reply(s, &m->peer, &h);
 }
 
 /*
@@ -1212,6 +1246,8 @@ static void release(server_t *s)
         s->ckpt_queue = j->next;
         job_free(j);
     }
+    if (s->reply_cached)
+        zmq_msg_close(&s->reply_cache);
     zps_stale_free(s->st);
     zps_store_fini(&s->store);
     if (s->sock)
