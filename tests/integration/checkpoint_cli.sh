@@ -9,30 +9,7 @@
 set -euo pipefail
 server_bin=$1
 zps=$2
-dir=$(mktemp -d /tmp/zps-ckpt-XXXXXX)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$dir"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-
-start_server() { # NAME ARGS...: sets $ep
-    local name=$1; shift
-    rm -f "$dir/$name.ep"
-    "$server_bin" --listen 'tcp://127.0.0.1:*' --endpoint-file "$dir/$name.ep" "$@" \
-        2>"$dir/$name.log" &
-    pids+=($!)
-    for _ in $(seq 1 500); do
-        [ -s "$dir/$name.ep" ] && break
-        kill -0 "${pids[-1]}" 2>/dev/null || break
-        sleep 0.01
-    done
-    [ -s "$dir/$name.ep" ] || fail "server $name did not start: $(cat "$dir/$name.log")"
-    ep=$(cat "$dir/$name.ep")
-}
+. "$(dirname "$0")/lib.sh"
 
 # A server refusing to start: exit status non-zero and `pattern` in its log.
 expect_refusal() { # PATTERN ARGS...

@@ -7,40 +7,7 @@
 set -euo pipefail
 server_bin=$1
 zps=$2
-dir=$(mktemp -d /tmp/zps-cli-XXXXXX)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$dir"
-}
-trap cleanup EXIT
-
-fail() { echo "FAIL: $*" >&2; exit 1; }
-
-# start_server NAME ARGS... : starts a server, sets $ep to its endpoint
-start_server() {
-    local name=$1; shift
-    "$server_bin" --listen 'tcp://127.0.0.1:*' --endpoint-file "$dir/$name.ep" "$@" \
-        2>"$dir/$name.log" &
-    pids+=($!)
-    for _ in $(seq 1 500); do
-        [ -s "$dir/$name.ep" ] && break
-        sleep 0.01
-    done
-    [ -s "$dir/$name.ep" ] || fail "server $name did not start: $(cat "$dir/$name.log")"
-    ep=$(cat "$dir/$name.ep")
-}
-
-# expect_status WANT CMD... : runs CMD, checks its exit status
-expect_status() {
-    local want=$1; shift
-    set +e
-    "$@" >"$dir/out" 2>"$dir/err"
-    local got=$?
-    set -e
-    [ "$got" -eq "$want" ] || fail "'$*' exited $got, expected $want: $(cat "$dir/err")"
-}
+. "$(dirname "$0")/lib.sh"
 
 # --- one shard, one parameter w = 10, gradients 2, 4, 6, 8, lr 0.1 ---
 start_server one --workers 4 --lr 0.1
