@@ -13,6 +13,7 @@
 #include "server.h"
 
 #include <arpa/inet.h>
+#include <stdatomic.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -66,6 +67,25 @@ typedef struct ckpt_job {
     struct ckpt_job *next;
 } ckpt_job_t;
 
+/*
+ * A buffer for pull replies' payloads. ZeroMQ sends it without copying and
+ * calls reply_buf_released, from its I/O thread, once the last reply using
+ * it is gone; then it is reused for a later version instead of allocating
+ * (and faulting in) a shard-sized block for each one.
+ */
+#define REPLY_POOL 4
+typedef struct reply_buf {
+    float *data; /* 64-byte aligned */
+    size_t cap;  /* floats */
+    atomic_bool busy;
+} reply_buf_t;
+
+static void reply_buf_released(void *data, void *hint)
+{
+    (void)data;
+    atomic_store_explicit(&((reply_buf_t *)hint)->busy, false, memory_order_release);
+}
+
 typedef struct counters {
     uint64_t msgs_in, msgs_out, bytes_in, bytes_out;
     uint64_t inits, pulls, pushes, heartbeats, stats;
@@ -113,6 +133,7 @@ struct server {
      * that version shares it (ZeroMQ counts references to message content),
      * so W workers pulling the same version cost one copy, not W. */
     zmq_msg_t reply_cache;
+    reply_buf_t reply_pool[REPLY_POOL];
     bool reply_cached;
     uint64_t reply_cache_version;
     uint32_t reply_cache_crc;
@@ -193,13 +214,40 @@ static int params_payload(server_t *s, zmq_msg_t *m, uint32_t *crc)
 {
     uint64_t v = zps_stale_version(s->st);
     if (!s->reply_cached || s->reply_cache_version != v) {
-        zmq_msg_t fresh;
         size_t n = s->store.len;
-        if (zmq_msg_init_size(&fresh, n * sizeof(float)) != 0)
-            return ZPS_ENOMEM;
-        s->reply_cache_crc = zps_wire_copy_crc(zmq_msg_data(&fresh), s->store.params, n);
+        /* Let go of the previous version first: its buffer comes back to the
+         * pool as soon as the replies that carry it have left. */
         if (s->reply_cached)
             zmq_msg_close(&s->reply_cache);
+        s->reply_cached = false;
+        zmq_msg_t fresh;
+        reply_buf_t *b = NULL;
+        for (int i = 0; i < REPLY_POOL && !b && n > 0; i++) {
+            reply_buf_t *c = &s->reply_pool[i];
+            if (atomic_load_explicit(&c->busy, memory_order_acquire))
+                continue;
+            if (c->cap < n) {
+                free(c->data);
+                c->data = aligned_alloc(64, (n * sizeof(float) + 63) & ~(size_t)63);
+                c->cap = c->data ? n : 0;
+            }
+            if (c->data)
+                b = c;
+        }
+        if (b) {
+            atomic_store(&b->busy, true);
+            s->reply_cache_crc = zps_wire_copy_crc(b->data, s->store.params, n);
+            if (zmq_msg_init_data(&fresh, b->data, n * sizeof(float), reply_buf_released, b) !=
+                0) {
+                atomic_store(&b->busy, false);
+                return ZPS_ENOMEM;
+            }
+        } else {
+            /* Every pooled buffer is still on its way out (slow readers). */
+            if (zmq_msg_init_size(&fresh, n * sizeof(float)) != 0)
+                return ZPS_ENOMEM;
+            s->reply_cache_crc = zps_wire_copy_crc(zmq_msg_data(&fresh), s->store.params, n);
+        }
         zmq_msg_init(&s->reply_cache);
         zmq_msg_move(&s->reply_cache, &fresh);
         zmq_msg_close(&fresh);
@@ -1248,12 +1296,16 @@ static void release(server_t *s)
     }
     if (s->reply_cached)
         zmq_msg_close(&s->reply_cache);
+    s->reply_cached = false;
     zps_stale_free(s->st);
     zps_store_fini(&s->store);
     if (s->sock)
         zmq_close(s->sock);
     if (s->ctx)
         zmq_ctx_term(s->ctx);
+    /* After zmq_ctx_term ZeroMQ holds no message: every buffer is ours again. */
+    for (int i = 0; i < REPLY_POOL; i++)
+        free(s->reply_pool[i].data);
 }
 
 int zps_server_run(const zps_server_config_t *cfg)
