@@ -11,6 +11,7 @@
 
 #include "error.h"
 #include "log.h"
+#include "opt_flags.h"
 #include "parse.h"
 #include "server.h"
 #include "shard.h"
@@ -42,19 +43,7 @@ static void usage(FILE *f)
             "                         on; it rejoins at the current clock (default 0: never)\n"
             "\n"
             "Optimizer (applied on the server; formulas in docs/optimizers.md):\n"
-            "  --optimizer NAME       sgd, momentum, nesterov, adam, adamw, adagrad (default sgd)\n"
-            "  --lr X                 learning rate (default 0.01)\n"
-            "  --momentum MU          momentum, nesterov (default 0.9)\n"
-            "  --nesterov             use Nesterov's momentum\n"
-            "  --beta1 B1, --beta2 B2 adam, adamw (default 0.9, 0.999)\n"
-            "  --eps E                adam, adamw, adagrad (default 1e-8)\n"
-            "  --weight-decay WD      L2 penalty; decoupled for adamw (default 0)\n"
-            "  --schedule NAME        constant, step, cosine (default constant)\n"
-            "  --step-every K         step schedule: multiply lr by gamma every K steps\n"
-            "  --gamma G              step schedule factor (default 0.1)\n"
-            "  --cosine-steps T       cosine schedule length in steps\n"
-            "  --lr-min X             cosine schedule floor (default 0)\n"
-            "  --warmup K             linear warm-up over the first K steps (default 0)\n"
+            "%s"
             "\n"
             "Checkpoints (format in docs/checkpoint.md):\n"
             "  --checkpoint-dir DIR   where this shard's checkpoints go (created if missing);\n"
@@ -67,7 +56,8 @@ static void usage(FILE *f)
             "\n"
             "Other:\n"
             "  --log-level LEVEL      debug, info, warn, error (default info)\n"
-            "  --help                 this text\n");
+            "  --help                 this text\n",
+            zps_opt_flags_usage);
 }
 
 enum {
@@ -82,20 +72,6 @@ enum {
     OPT_MAX_PENDING,
     OPT_LR_STALENESS,
     OPT_WORKER_TIMEOUT,
-    OPT_OPTIMIZER,
-    OPT_LR,
-    OPT_MOMENTUM,
-    OPT_NESTEROV,
-    OPT_BETA1,
-    OPT_BETA2,
-    OPT_EPS,
-    OPT_WD,
-    OPT_SCHEDULE,
-    OPT_STEP_EVERY,
-    OPT_GAMMA,
-    OPT_COSINE_STEPS,
-    OPT_LR_MIN,
-    OPT_WARMUP,
     OPT_CKPT_DIR,
     OPT_CKPT_EVERY,
     OPT_CKPT_KEEP,
@@ -117,20 +93,7 @@ static const struct option options[] = {
     {"max-pending-pulls", required_argument, NULL, OPT_MAX_PENDING},
     {"lr-staleness", required_argument, NULL, OPT_LR_STALENESS},
     {"worker-timeout", required_argument, NULL, OPT_WORKER_TIMEOUT},
-    {"optimizer", required_argument, NULL, OPT_OPTIMIZER},
-    {"lr", required_argument, NULL, OPT_LR},
-    {"momentum", required_argument, NULL, OPT_MOMENTUM},
-    {"nesterov", no_argument, NULL, OPT_NESTEROV},
-    {"beta1", required_argument, NULL, OPT_BETA1},
-    {"beta2", required_argument, NULL, OPT_BETA2},
-    {"eps", required_argument, NULL, OPT_EPS},
-    {"weight-decay", required_argument, NULL, OPT_WD},
-    {"schedule", required_argument, NULL, OPT_SCHEDULE},
-    {"step-every", required_argument, NULL, OPT_STEP_EVERY},
-    {"gamma", required_argument, NULL, OPT_GAMMA},
-    {"cosine-steps", required_argument, NULL, OPT_COSINE_STEPS},
-    {"lr-min", required_argument, NULL, OPT_LR_MIN},
-    {"warmup", required_argument, NULL, OPT_WARMUP},
+    ZPS_OPT_FLAG_OPTIONS,
     {"checkpoint-dir", required_argument, NULL, OPT_CKPT_DIR},
     {"checkpoint-every", required_argument, NULL, OPT_CKPT_EVERY},
     {"checkpoint-keep", required_argument, NULL, OPT_CKPT_KEEP},
@@ -154,7 +117,8 @@ int main(int argc, char **argv)
     zps_server_config_t cfg;
     zps_server_config_default(&cfg);
     bool have_workers = false;
-    bool nesterov = false;
+    zps_opt_flags_t optf;
+    zps_opt_flags_init(&optf);
     long l;
     uint64_t u;
     double d;
@@ -216,65 +180,6 @@ int main(int argc, char **argv)
             if (d > 0 && cfg.worker_timeout_ms == 0)
                 cfg.worker_timeout_ms = 1;
             break;
-        case OPT_OPTIMIZER:
-            if (zps_opt_parse(a, &cfg.opt))
-                return bad_flag("--optimizer", a, "sgd, momentum, nesterov, adam, adamw or adagrad");
-            break;
-        case OPT_LR:
-            if (zps_parse_double(a, &cfg.opt.lr))
-                return bad_flag("--lr", a, "a number");
-            break;
-        case OPT_MOMENTUM:
-            if (zps_parse_double(a, &cfg.opt.momentum))
-                return bad_flag("--momentum", a, "a number");
-            break;
-        case OPT_NESTEROV:
-            nesterov = true;
-            break;
-        case OPT_BETA1:
-            if (zps_parse_double(a, &cfg.opt.beta1))
-                return bad_flag("--beta1", a, "a number");
-            break;
-        case OPT_BETA2:
-            if (zps_parse_double(a, &cfg.opt.beta2))
-                return bad_flag("--beta2", a, "a number");
-            break;
-        case OPT_EPS:
-            if (zps_parse_double(a, &cfg.opt.eps))
-                return bad_flag("--eps", a, "a number");
-            break;
-        case OPT_WD:
-            if (zps_parse_double(a, &cfg.opt.weight_decay))
-                return bad_flag("--weight-decay", a, "a number");
-            break;
-        case OPT_SCHEDULE:
-            if (zps_sched_parse(a, &cfg.opt.schedule))
-                return bad_flag("--schedule", a, "constant, step or cosine");
-            break;
-        case OPT_STEP_EVERY:
-            if (zps_parse_u64(a, &u))
-                return bad_flag("--step-every", a, "a positive integer");
-            cfg.opt.step_every = u;
-            break;
-        case OPT_GAMMA:
-            if (zps_parse_double(a, &cfg.opt.gamma))
-                return bad_flag("--gamma", a, "a number");
-            break;
-        case OPT_COSINE_STEPS:
-            if (zps_parse_u64(a, &u))
-                return bad_flag("--cosine-steps", a, "a positive integer");
-            cfg.opt.cosine_steps = u;
-            break;
-        case OPT_LR_MIN:
-            if (zps_parse_double(a, &d))
-                return bad_flag("--lr-min", a, "a number");
-            cfg.opt.lr_min = d;
-            break;
-        case OPT_WARMUP:
-            if (zps_parse_u64(a, &u))
-                return bad_flag("--warmup", a, "a non-negative integer");
-            cfg.opt.warmup = u;
-            break;
         case OPT_CKPT_DIR:
             cfg.checkpoint_dir = a;
             break;
@@ -305,6 +210,14 @@ int main(int argc, char **argv)
             usage(stdout);
             return 0;
         default:
+            if (c >= ZPS_OPT_FLAG_FIRST && c < ZPS_OPT_FLAG_END) {
+                char why[256];
+                if (zps_opt_flag_apply(&optf, c, a, why, sizeof(why)) != 0) {
+                    fprintf(stderr, "zps-server: %s\nTry 'zps-server --help'.\n", why);
+                    return 2;
+                }
+                break;
+            }
             fprintf(stderr, "Try 'zps-server --help'.\n");
             return 2;
         }
@@ -318,18 +231,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "zps-server: --workers is required\nTry 'zps-server --help'.\n");
         return 2;
     }
-    if (nesterov) {
-        if (cfg.opt.kind != ZPS_OPT_MOMENTUM) {
-            fprintf(stderr, "zps-server: --nesterov needs --optimizer momentum\n");
-            return 2;
-        }
-        cfg.opt.nesterov = true;
-    }
     char why[256];
-    if (zps_opt_config_check(&cfg.opt, why, sizeof(why)) != 0) {
+    if (zps_opt_flags_finish(&optf, why, sizeof(why)) != 0) {
         fprintf(stderr, "zps-server: %s\nTry 'zps-server --help'.\n", why);
         return 2;
     }
+    cfg.opt = optf.cfg;
     if (cfg.stale.backup >= cfg.stale.workers) {
         fprintf(stderr, "zps-server: --backup-workers must be less than --workers\n");
         return 2;
