@@ -104,8 +104,15 @@ int zps_metrics_step(zps_metrics_t *m, const zps_step_record_t *r)
     json_ms(&b, "pull_ms", r->pull_ms);
     json_ms(&b, "push_ms", r->push_ms);
     json_ms(&b, "update_ms", r->update_ms);
+    json_ms(&b, "pad_ms", r->pad_ms);
     json_ms(&b, "delay_ms", r->delay_ms);
-    zps_strbuf_printf(&b, "\"step_ms\":%.3f}", r->step_ms);
+    json_ms(&b, "slowdown_ms", r->slowdown_ms);
+    json_ms(&b, "intermittent_ms", r->intermittent_ms);
+    json_ms(&b, "fixed_delay_ms", r->fixed_delay_ms);
+    json_ms(&b, "random_delay_ms", r->random_delay_ms);
+    json_ms(&b, "pause_ms", r->pause_ms);
+    zps_strbuf_printf(&b, "\"dropped\":%s,\"step_ms\":%.3f}", r->dropped ? "true" : "false",
+                      r->step_ms);
     return emit(m, &b);
 }
 

@@ -39,8 +39,16 @@ typedef struct zps_step_record {
     double pull_ms;     /* waiting for the pull (includes BSP barrier time) */
     double push_ms;     /* the push, until every shard acknowledged */
     double update_ms;   /* --local: the optimizer step; 0 when distributed */
-    double delay_ms;    /* injected straggler delay (0 for now) */
-    double step_ms;     /* the whole iteration */
+    double pad_ms;      /* sleeping to pad compute to the base step time (measured) */
+    double delay_ms;    /* sleeping for the injected straggler delay (measured) */
+    /* The straggler schedule's parts of this step's delay, as asked (straggler.h). */
+    double slowdown_ms;
+    double intermittent_ms;
+    double fixed_delay_ms;
+    double random_delay_ms;
+    double pause_ms;
+    bool dropped;   /* the push came back dropped as too late (BSP backup workers) */
+    double step_ms; /* the whole iteration */
 } zps_step_record_t;
 
 typedef struct zps_eval_record {

@@ -1,9 +1,11 @@
 /*
  * trainer.c - the training loops of zps-worker; see trainer.h.
  *
- * One iteration, distributed:   pull(t) -> batch -> forward/backward -> push(t)
- * One iteration, --local:       union batch -> forward/backward -> optimizer step
- * Both time every phase and write one metrics line per clock.
+ * One iteration, distributed:   pull(t) -> batch -> forward/backward -> pad, delay -> push(t)
+ * One iteration, --local:       union batch -> forward/backward -> pad, delay -> optimizer step
+ * Both time every phase and write one metrics line per clock. "pad, delay"
+ * sleeps: up to the base step time, then the straggler schedule's delay
+ * (straggler.h), so a slow step is slow where a slow computation would be.
  */
 #include "trainer.h"
 
@@ -15,11 +17,13 @@
 #include "client.h"
 #include "data.h"
 #include "error.h"
+#include "json.h"
 #include "log.h"
 #include "metrics.h"
 #include "model.h"
 #include "strbuf.h"
 #include "timeutil.h"
+#include "wire.h"
 
 /* Evaluation runs in chunks of this many examples (whatever the batch). */
 #define EVAL_CHUNK 1024
@@ -73,6 +77,8 @@ void zps_trainer_config_default(zps_trainer_config_t *cfg)
     cfg->backend = "auto";
     cfg->blas_threads = 1;
     zps_opt_config_default(&cfg->opt);
+    zps_straggler_config_default(&cfg->straggler);
+    cfg->final_wait = true;
     cfg->progress = true;
     cfg->progress_interval_s = 10.0;
 }
@@ -184,6 +190,31 @@ static int make_backend(trainer_t *T)
     return 0;
 }
 
+/* The run line's step-time settings: what this rank was asked to do. */
+static void write_straggler(zps_strbuf_t *b, const zps_trainer_config_t *cfg)
+{
+    const zps_straggler_config_t *sc = &cfg->straggler;
+    uint32_t rank = cfg->local ? 0 : cfg->rank;
+    bool on = zps_straggler_applies(sc, rank);
+    char desc[256];
+    zps_strbuf_printf(b, "\"base_step_ms\":%.9g,\"straggler\":", sc->base_step_ms);
+    zps_strbuf_json_string(b, zps_straggler_describe(sc, rank, desc, sizeof(desc)));
+    zps_strbuf_printf(b,
+                      ",\"straggler_applies\":%s,\"slowdown\":%.9g,\"intermittent_k\":%.9g,"
+                      "\"intermittent_p\":%.9g,\"fixed_delay_ms\":%.9g,\"random_delay\":\"%s\","
+                      "\"random_delay_mean_ms\":%.9g,",
+                      on ? "true" : "false", on ? sc->slowdown : 1.0, on ? sc->intermittent_k : 1.0,
+                      on ? sc->intermittent_p : 0.0, on ? sc->fixed_ms : 0.0,
+                      !on || sc->dist == ZPS_DELAY_NONE ? "none"
+                      : sc->dist == ZPS_DELAY_EXP       ? "exp"
+                                                        : "uniform",
+                      on ? sc->mean_ms : 0.0);
+    if (on && sc->pause)
+        zps_strbuf_printf(b, "\"pause_clock\":%llu,\"pause_ms\":%.9g,",
+                          (unsigned long long)sc->pause_clock, sc->pause_ms);
+    zps_strbuf_printf(b, "\"straggler_seed\":%llu,", (unsigned long long)sc->seed);
+}
+
 /* The "run" line: everything needed to interpret (or repeat) the stream. */
 static int write_run_header(trainer_t *T)
 {
@@ -207,6 +238,7 @@ static int write_run_header(trainer_t *T)
     zps_strbuf_json_string(&b, zps_backend_describe(T->be));
     zps_strbuf_printf(&b, ",\"blas_threads\":%d,\"eval_every\":%llu,", cfg->blas_threads,
                       (unsigned long long)cfg->eval_every);
+    write_straggler(&b, cfg);
     if (cfg->local) {
         zps_strbuf_printf(&b, "\"optimizer\":");
         zps_strbuf_json_string(&b, zps_opt_name(&cfg->opt));
@@ -374,6 +406,28 @@ static int train_batch(trainer_t *T, size_t n, uint64_t clock, zps_step_record_t
     return 0;
 }
 
+/*
+ * Sleeps this step's padding and injected delay (the compute took
+ * `compute_ms`) and records both, measured, with the schedule's parts.
+ */
+static void inject_delay(trainer_t *T, uint64_t clock, double compute_ms, zps_step_record_t *r)
+{
+    const zps_trainer_config_t *cfg = T->cfg;
+    zps_step_delay_t d;
+    zps_straggler_delay(&cfg->straggler, cfg->local ? 0 : cfg->rank, clock, compute_ms, &d);
+    uint64_t t0 = zps_now_ns();
+    zps_sleep_ms(d.pad_ms);
+    uint64_t t1 = zps_now_ns();
+    zps_sleep_ms(d.delay_ms);
+    r->pad_ms = (double)(t1 - t0) / 1e6;
+    r->delay_ms = ms_since(t1);
+    r->slowdown_ms = d.slowdown_ms;
+    r->intermittent_ms = d.intermittent_ms;
+    r->fixed_delay_ms = d.fixed_ms;
+    r->random_delay_ms = d.random_ms;
+    r->pause_ms = d.pause_ms;
+}
+
 /* ---- the loops ---- */
 
 static int run_local(trainer_t *T)
@@ -410,6 +464,7 @@ static int run_local(trainer_t *T)
         r.data_ms = ms_since(t0);
         if ((rc = train_batch(T, n, t, &r)) != 0)
             goto done;
+        inject_delay(T, t, ms_since(t0), &r);
         uint64_t t1 = zps_now_ns();
         zps_optimizer_step(opt, params, grad, 1.0);
         r.update_ms = ms_since(t1);
@@ -430,6 +485,70 @@ static int client_failed(trainer_t *T, zps_client_t *c, const char *what, uint64
     zps_error("%s at clock %llu failed: %s (%s)", what, (unsigned long long)clock,
               zps_client_last_error(c), zps_errname(rc));
     return rc;
+}
+
+/*
+ * Whether shard `json` (a STATS reply) still waits for some live worker's
+ * last push; *bsp is set when the shard runs BSP. A reply that cannot be
+ * read counts as finished (and is logged): waiting is a courtesy to the
+ * final evaluation, never a reason to hang.
+ */
+static bool shard_waits(const char *json, uint64_t clocks, bool *bsp)
+{
+    zps_json_t *st = NULL;
+    char err[128];
+    if (zps_json_parse(json, &st, err, sizeof(err)) != 0) {
+        zps_warn("cannot read a server's STATS reply (%s); not waiting for the other workers", err);
+        return false;
+    }
+    const char *mode = zps_json_string(zps_json_get(st, "mode"));
+    const zps_json_t *pushed = zps_json_get(st, "clocks");
+    const zps_json_t *live = zps_json_get(st, "live");
+    bool waits = false;
+    *bsp = mode && strcmp(mode, "bsp") == 0;
+    for (size_t w = 0; !*bsp && pushed && w < pushed->count; w++) {
+        const zps_json_t *l = zps_json_at(live, w);
+        bool is_live = !l || l->type != ZPS_JSON_BOOL || l->boolean;
+        if (is_live && zps_json_number(zps_json_at(pushed, w), 0) < (double)clocks)
+            waits = true;
+    }
+    zps_json_free(st);
+    return waits;
+}
+
+/*
+ * SSP and ASP apply pushes as they arrive: the model is final only when
+ * every live worker has pushed its last clock. Polls the servers' STATS
+ * until then (BSP returns at once). Honours --timeout.
+ */
+static int wait_for_peers(trainer_t *T, zps_client_t *c)
+{
+    uint64_t t0 = zps_now_ns();
+    bool logged = false;
+    for (;;) {
+        bool waits = false, bsp = false;
+        for (size_t i = 0; i < T->cfg->server_count && !waits && !bsp; i++) {
+            char *json = NULL;
+            int rc = zps_client_stats(c, i, &json);
+            if (rc)
+                return client_failed(T, c, "stats before the final evaluation", T->clocks, rc);
+            waits = shard_waits(json, T->clocks, &bsp);
+            free(json);
+        }
+        if (!waits || bsp)
+            return 0;
+        if (!logged) {
+            zps_progress_break(&T->progress);
+            zps_info("waiting for the other workers' last pushes before the final evaluation");
+            logged = true;
+        }
+        if (T->cfg->timeout_ms > 0 && ms_since(t0) > T->cfg->timeout_ms) {
+            zps_error("the other workers did not finish within --timeout %d ms",
+                      T->cfg->timeout_ms);
+            return ZPS_ETIMEDOUT;
+        }
+        zps_sleep_ms(20);
+    }
 }
 
 static int run_distributed(trainer_t *T)
@@ -496,6 +615,7 @@ static int run_distributed(trainer_t *T)
         r.data_ms = ms_since(t1);
         if ((rc = train_batch(T, nb, t, &r)) != 0)
             goto done;
+        inject_delay(T, t, ms_since(t1), &r);
         uint64_t t2 = zps_now_ns();
         zps_reply_info_t pinfo;
         if ((rc = zps_client_push(client, t, grad, n, (uint32_t)nb, &pinfo)) != 0) {
@@ -503,11 +623,14 @@ static int run_distributed(trainer_t *T)
             goto done;
         }
         r.push_ms = ms_since(t2);
+        r.dropped = (pinfo.flags & ZPS_FLAG_DROPPED) != 0;
         r.step_ms = ms_since(t0);
         if ((rc = record_step(T, &r)) != 0)
             goto done;
     }
     if (T->evaluates) {
+        if (cfg->final_wait && (rc = wait_for_peers(T, client)) != 0)
+            goto done;
         /* The final model: for BSP, version K exists once every worker has
          * pushed its last clock. */
         zps_reply_info_t info;

@@ -28,6 +28,7 @@
 
 #include "backend.h"
 #include "optimizer.h"
+#include "straggler.h"
 
 typedef struct zps_trainer_config {
     /* cluster */
@@ -54,6 +55,14 @@ typedef struct zps_trainer_config {
     int device;
     zps_opt_config_t opt; /* --local only; the servers hold their own */
 
+    /* step time: the base step time and injected stragglers (straggler.h) */
+    zps_straggler_config_t straggler;
+    /* Rank 0 under SSP/ASP: before the final evaluation, wait (polling the
+     * servers' STATS) until every live worker has pushed its last clock, so
+     * the final evaluation sees the final model. BSP's model for the last
+     * clock is final by construction. */
+    bool final_wait;
+
     /* reporting */
     uint64_t eval_every;        /* evaluate every K clocks (0: only at the end) */
     const char *metrics_path;   /* JSON lines; NULL: none */
@@ -63,7 +72,8 @@ typedef struct zps_trainer_config {
 
 /* No servers, rank 0 of 1, fashion-mnist from /usr/share/datasets/fashion-mnist,
  * batch 64, 1 epoch, seed 1, backend auto, 1 BLAS thread, timeout -1,
- * optimizer defaults of zps_opt_config_default, progress on, 10 s lines. */
+ * optimizer defaults of zps_opt_config_default, no padding or stragglers,
+ * final_wait on, progress on, 10 s lines. */
 void zps_trainer_config_default(zps_trainer_config_t *cfg);
 
 typedef struct zps_trainer_result {

@@ -64,6 +64,22 @@ static void usage(FILE *f)
                "  --lr-min X             cosine schedule floor (default 0)\n"
                "  --warmup K             linear warm-up over the first K steps (default 0)\n"
                "\n"
+               "Step time and stragglers (docs/launch.md; every delay is in the metrics):\n"
+               "  --base-step-ms MS      pad each step's compute (data, forward, backward) to MS\n"
+               "                         milliseconds by sleeping (default 0: no padding)\n"
+               "  --slowdown K           every step's work takes K times as long (K >= 1)\n"
+               "  --delay MS             a fixed extra delay of MS milliseconds per step\n"
+               "  --random-delay D:MEAN  a random delay per step: exp:MEAN (exponential) or\n"
+               "                         uniform:MEAN (uniform on [0, 2*MEAN)), milliseconds\n"
+               "  --intermittent K:P     each step's work takes K times as long with\n"
+               "                         probability P\n"
+               "  --pause-at T:MS        pause MS milliseconds once, in the step of clock T\n"
+               "  --straggler-ranks SET  ranks the straggler flags apply to: all (default), or\n"
+               "                         a list such as 3 or 0,2-3 (the padding applies to all)\n"
+               "  --straggler-seed S     seed of the random delays (default: --seed)\n"
+               "  --no-final-wait        worker 0 under SSP/ASP: evaluate at once after its last\n"
+               "                         clock instead of waiting for the others' last pushes\n"
+               "\n"
                "Reporting:\n"
                "  --eval-every K         worker 0 evaluates the test set every K clocks\n"
                "                         (default 0: only at the end)\n"
@@ -106,6 +122,15 @@ enum {
     OPT_COSINE_STEPS,
     OPT_LR_MIN,
     OPT_WARMUP,
+    OPT_BASE_STEP,
+    OPT_SLOWDOWN,
+    OPT_DELAY,
+    OPT_RANDOM_DELAY,
+    OPT_INTERMITTENT,
+    OPT_PAUSE_AT,
+    OPT_STRAGGLER_RANKS,
+    OPT_STRAGGLER_SEED,
+    OPT_NO_FINAL_WAIT,
     OPT_EVAL_EVERY,
     OPT_METRICS,
     OPT_NO_PROGRESS,
@@ -145,6 +170,15 @@ static const struct option options[] = {
     {"cosine-steps", required_argument, NULL, OPT_COSINE_STEPS},
     {"lr-min", required_argument, NULL, OPT_LR_MIN},
     {"warmup", required_argument, NULL, OPT_WARMUP},
+    {"base-step-ms", required_argument, NULL, OPT_BASE_STEP},
+    {"slowdown", required_argument, NULL, OPT_SLOWDOWN},
+    {"delay", required_argument, NULL, OPT_DELAY},
+    {"random-delay", required_argument, NULL, OPT_RANDOM_DELAY},
+    {"intermittent", required_argument, NULL, OPT_INTERMITTENT},
+    {"pause-at", required_argument, NULL, OPT_PAUSE_AT},
+    {"straggler-ranks", required_argument, NULL, OPT_STRAGGLER_RANKS},
+    {"straggler-seed", required_argument, NULL, OPT_STRAGGLER_SEED},
+    {"no-final-wait", no_argument, NULL, OPT_NO_FINAL_WAIT},
     {"eval-every", required_argument, NULL, OPT_EVAL_EVERY},
     {"metrics", required_argument, NULL, OPT_METRICS},
     {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
@@ -184,7 +218,8 @@ int main(int argc, char **argv)
     zps_trainer_config_default(&cfg);
     char **servers = NULL;
     bool have_epochs = false, have_clocks = false, nesterov = false, opt_flags = false;
-    bool have_servers = false;
+    bool have_servers = false, have_straggler_seed = false;
+    zps_straggler_config_t *sc = &cfg.straggler;
     long l;
     uint64_t u;
     double d;
@@ -330,6 +365,43 @@ int main(int argc, char **argv)
                 BAD_FLAG("--warmup", a, "a non-negative integer");
             cfg.opt.warmup = u;
             break;
+        case OPT_BASE_STEP:
+            if (zps_parse_double(a, &sc->base_step_ms))
+                BAD_FLAG("--base-step-ms", a, "milliseconds");
+            break;
+        case OPT_SLOWDOWN:
+            if (zps_parse_double(a, &sc->slowdown))
+                BAD_FLAG("--slowdown", a, "a factor K >= 1");
+            break;
+        case OPT_DELAY:
+            if (zps_parse_double(a, &sc->fixed_ms))
+                BAD_FLAG("--delay", a, "milliseconds");
+            break;
+        case OPT_RANDOM_DELAY:
+            if (zps_straggler_parse_random(a, &sc->dist, &sc->mean_ms))
+                BAD_FLAG("--random-delay", a, "exp:MEAN or uniform:MEAN (milliseconds)");
+            break;
+        case OPT_INTERMITTENT:
+            if (zps_straggler_parse_intermittent(a, &sc->intermittent_k, &sc->intermittent_p))
+                BAD_FLAG("--intermittent", a, "K:P, a factor and a probability, e.g. 4:0.1");
+            break;
+        case OPT_PAUSE_AT:
+            if (zps_straggler_parse_pause(a, &sc->pause_clock, &sc->pause_ms))
+                BAD_FLAG("--pause-at", a, "T:MS, a clock and milliseconds, e.g. 100:2000");
+            sc->pause = true;
+            break;
+        case OPT_STRAGGLER_RANKS:
+            if (zps_straggler_parse_ranks(a, &sc->ranks))
+                BAD_FLAG("--straggler-ranks", a, "all, or ranks and ranges such as 0,2-3");
+            break;
+        case OPT_STRAGGLER_SEED:
+            if (zps_parse_u64(a, &sc->seed))
+                BAD_FLAG("--straggler-seed", a, "a non-negative integer");
+            have_straggler_seed = true;
+            break;
+        case OPT_NO_FINAL_WAIT:
+            cfg.final_wait = false;
+            break;
         case OPT_EVAL_EVERY:
             if (zps_parse_u64(a, &u))
                 BAD_FLAG("--eval-every", a, "a non-negative integer");
@@ -401,6 +473,12 @@ int main(int argc, char **argv)
         rc = bad_usage(why);
         goto out;
     }
+    if (!have_straggler_seed)
+        sc->seed = cfg.seed;
+    if (zps_straggler_check(sc, why, sizeof(why)) != 0) {
+        rc = bad_usage(why);
+        goto out;
+    }
 
     char tag[32];
     if (cfg.local)
@@ -410,6 +488,10 @@ int main(int argc, char **argv)
     zps_log_set_tag(tag);
     if (!cfg.local && opt_flags)
         zps_warn("optimizer flags are ignored without --local: the servers apply their own");
+    char desc[256];
+    uint32_t me = cfg.local ? 0 : cfg.rank;
+    if (sc->base_step_ms > 0 || zps_straggler_applies(sc, me))
+        zps_info("step time: %s", zps_straggler_describe(sc, me, desc, sizeof(desc)));
 
     zps_trainer_result_t res;
     if (zps_trainer_run(&cfg, &res) != 0) {

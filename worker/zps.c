@@ -21,6 +21,7 @@
 #include "ckpt_inspect.h"
 #include "client.h"
 #include "error.h"
+#include "launch.h"
 #include "log.h"
 #include "parse.h"
 #include "wire.h"
@@ -48,6 +49,8 @@ static void usage(FILE *f)
             "  checkpoint inspect FILE\n"
             "          print a checkpoint's header and verify every section's checksum\n"
             "          (exit 0 valid, 1 invalid, 2 unreadable)\n"
+            "  launch  start a whole local cluster (servers and workers) and train; it has\n"
+            "          its own flags: zps launch --help\n"
             "\n"
             "Options:\n"
             "  --servers LIST     server endpoints in shard order, comma-separated\n"
@@ -321,6 +324,8 @@ int main(int argc, char **argv)
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? EXIT_USAGE : 0;
     }
+    if (strcmp(argv[1], "launch") == 0)
+        return zps_cmd_launch(argc - 1, argv + 1);
     if (strcmp(argv[1], "checkpoint") == 0 && argc >= 3 && strcmp(argv[2], "inspect") == 0) {
         if (argc != 4)
             return usage_error("usage: zps checkpoint inspect FILE");

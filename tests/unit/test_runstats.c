@@ -1,0 +1,289 @@
+/*
+ * test_runstats.c - `zps launch`'s figures (worker/runstats.c) from metrics
+ * lines and STATS replies written by hand, against values worked out by hand
+ * in the comments; and the JSON reader they rest on (worker/json.c).
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "error.h"
+#include "json.h"
+#include "runstats.h"
+
+/* ---- json ---- */
+
+static void test_json_values(void **state)
+{
+    (void)state;
+    zps_json_t *v = NULL;
+    const char *text = " {\"a\": 1.5, \"b\": [true, false, null, \"x\\\"y\\n\"], "
+                       "\"c\": {\"d\": -2e3}, \"e\": []} ";
+    assert_int_equal(zps_json_parse(text, &v, NULL, 0), 0);
+    assert_int_equal(v->type, ZPS_JSON_OBJECT);
+    assert_true(zps_json_number(zps_json_get(v, "a"), 0) == 1.5);
+    const zps_json_t *b = zps_json_get(v, "b");
+    assert_int_equal(b->count, 4);
+    assert_true(zps_json_at(b, 0)->boolean);
+    assert_false(zps_json_at(b, 1)->boolean);
+    assert_int_equal(zps_json_at(b, 2)->type, ZPS_JSON_NULL);
+    assert_string_equal(zps_json_string(zps_json_at(b, 3)), "x\"y\n");
+    assert_null(zps_json_at(b, 4));
+    assert_true(zps_json_number(zps_json_get(zps_json_get(v, "c"), "d"), 0) == -2000);
+    assert_int_equal(zps_json_get(v, "e")->count, 0);
+    assert_null(zps_json_get(v, "missing"));
+    assert_true(zps_json_number(zps_json_get(v, "b"), 7) == 7); /* not a number */
+    zps_json_free(v);
+}
+
+static void test_json_errors(void **state)
+{
+    (void)state;
+    const char *bad[] = {"",      "{",        "[1,]",  "{\"a\" 1}", "tru",   "{} x",
+                         "\"abc", "{\"a\":}", "[1 2]", "-",         "{1:2}", "\"\\q\""};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        zps_json_t *v = (zps_json_t *)0x1;
+        char err[128] = "";
+        assert_int_equal(zps_json_parse(bad[i], &v, err, sizeof(err)), ZPS_EINVAL);
+        assert_true(v == (zps_json_t *)0x1); /* untouched */
+        assert_true(err[0] != '\0');
+    }
+    /* 65 levels of nesting are refused, 64 are fine. */
+    char deep[200];
+    memset(deep, '[', 65);
+    memset(deep + 65, ']', 65);
+    deep[130] = '\0';
+    zps_json_t *v = NULL;
+    assert_int_equal(zps_json_parse(deep, &v, NULL, 0), ZPS_EINVAL);
+    assert_int_equal(zps_json_parse(deep + 1, &v, NULL, 0), ZPS_EINVAL); /* unbalanced */
+    deep[129] = '\0';
+    assert_int_equal(zps_json_parse(deep + 1, &v, NULL, 0), 0);
+    zps_json_free(v);
+}
+
+/* ---- runstats ---- */
+
+/* A step line: loss, batch, times in ms. */
+static void step(zps_runstats_t *rs, unsigned rank, unsigned clock, double wall, double elapsed,
+                 double loss, double pull, double step_ms, int dropped)
+{
+    char line[1024];
+    snprintf(line, sizeof(line),
+             "{\"type\":\"step\",\"rank\":%u,\"clock\":%u,\"epoch\":0,\"step\":%u,\"wall\":%.6f,"
+             "\"elapsed\":%.6f,\"loss\":%g,\"batch\":10,\"version\":0,\"staleness\":0,"
+             "\"data_ms\":0.5,\"forward_ms\":0.25,\"backward_ms\":0.25,\"copy_ms\":0,"
+             "\"pull_ms\":%g,\"push_ms\":2,\"update_ms\":0,\"pad_ms\":4,\"delay_ms\":1,"
+             "\"slowdown_ms\":1,\"intermittent_ms\":0,\"fixed_delay_ms\":0,\"random_delay_ms\":0,"
+             "\"pause_ms\":0,\"dropped\":%s,\"step_ms\":%g}",
+             rank, clock, clock, wall, elapsed, loss, pull, dropped ? "true" : "false", step_ms);
+    assert_int_equal(zps_runstats_add_line(rs, rank, line), 0);
+}
+
+static void eval(zps_runstats_t *rs, unsigned clock, double wall, double elapsed, double acc,
+                 int final)
+{
+    char line[512];
+    snprintf(line, sizeof(line),
+             "{\"type\":\"eval\",\"rank\":0,\"clock\":%u,\"epoch\":%g,\"wall\":%.6f,"
+             "\"elapsed\":%.6f,\"test_loss\":0.5,\"test_accuracy\":%g,\"examples\":100,"
+             "\"eval_ms\":1,\"final\":%s}",
+             clock, clock / 10.0, wall, elapsed, acc, final ? "true" : "false");
+    assert_int_equal(zps_runstats_add_line(rs, 0, line), 0);
+}
+
+/*
+ * Two workers, training start 1000.0 (worker 0's wall - elapsed), four clocks
+ * each ending at 1000.1 ... 1000.4; worker 1 pushes one more step at 1000.9,
+ * after the final evaluation at 1000.5 (a dropped straggler step), which the
+ * span excludes. Evaluations: 0.80 at 0.2 s, 0.86 at 0.3 s, final 0.87 at 0.5 s.
+ */
+static zps_runstats_t *fixture(void)
+{
+    zps_runstats_t *rs = NULL;
+    assert_int_equal(zps_runstats_new(2, 2, &rs), 0);
+    assert_int_equal(
+        zps_runstats_add_line(rs, 0,
+                              "{\"type\":\"run\",\"clocks\":4,\"steps_per_epoch\":10,"
+                              "\"batch\":10,\"base_step_ms\":5,\"straggler\":"
+                              "\"base step 5 ms\",\"model\":\"mlp:4-2\",\"data\":\"d\"}"),
+        0);
+    for (unsigned t = 0; t < 4; t++) {
+        step(rs, 0, t, 1000.1 + 0.1 * t, 0.1 + 0.1 * t, 2.0, 3.0, 10.0, 0);
+        step(rs, 1, t, 1000.1 + 0.1 * t, 0.2 + 0.1 * t, 1.0, 1.0, 10.0, t == 3);
+    }
+    step(rs, 1, 4, 1000.9, 1.0, 1.0, 1.0, 10.0, 1);
+    eval(rs, 2, 1000.2, 0.2, 0.80, 0);
+    eval(rs, 3, 1000.3, 0.3, 0.86, 0);
+    eval(rs, 4, 1000.5, 0.5, 0.87, 1);
+    /* Staleness: shard 0 has 0 x6, 1 x2, 5 x2 (max 5); shard 1 has 0 x8, 70 x2 (overflow, max 70).
+     */
+    assert_int_equal(zps_runstats_add_server(rs, 0,
+                                             "{\"version\":4,\"counts\":{\"dropped\":1},"
+                                             "\"staleness\":{\"count\":10,\"max\":5,\"mean\":1.2,"
+                                             "\"p50\":0,\"p99\":5,\"histogram\":{\"0\":6,\"1\":2,"
+                                             "\"5\":2}},\"pull_wait\":{\"p50_ms\":1,\"p99_ms\":2,"
+                                             "\"max_ms\":3,\"mean_ms\":1.5}}"),
+                     0);
+    assert_int_equal(zps_runstats_add_server(rs, 1,
+                                             "{\"version\":4,\"counts\":{\"dropped\":2},"
+                                             "\"staleness\":{\"count\":10,\"max\":70,\"mean\":14,"
+                                             "\"p50\":0,\"p99\":70,\"histogram\":{\"0\":8,"
+                                             "\">=64\":2}}}"),
+                     0);
+    return rs;
+}
+
+static const double targets[] = {0.85, 0.9};
+
+static zps_run_info_t info(void)
+{
+    zps_run_info_t in;
+    memset(&in, 0, sizeof(in));
+    in.name = "t";
+    in.mode = "asp";
+    in.targets = targets;
+    in.target_count = 2;
+    in.wall_seconds = 3.25;
+    in.status = "ok";
+    return in;
+}
+
+static void test_summary(void **state)
+{
+    (void)state;
+    zps_runstats_t *rs = fixture();
+    zps_run_info_t in = info();
+    char *text = zps_runstats_summary(rs, &in);
+    assert_non_null(text);
+    zps_json_t *s = NULL;
+    char err[128];
+    assert_int_equal(zps_json_parse(text, &s, err, sizeof(err)), 0);
+    free(text);
+
+    assert_string_equal(zps_json_string(zps_json_get(s, "mode")), "asp");
+    assert_true(zps_json_number(zps_json_get(s, "final_test_accuracy"), 0) == 0.87);
+    assert_true(zps_json_number(zps_json_get(s, "wall_seconds"), 0) == 3.25);
+    /* Training span: 1000.0 to 1000.5. */
+    assert_true(fabs(zps_json_number(zps_json_get(s, "train_seconds"), 0) - 0.5) < 1e-9);
+    /* Examples: 8 steps of 10 within the span (the step at 1000.9 is out): 80 / 0.5 s. */
+    assert_true(fabs(zps_json_number(zps_json_get(s, "examples_per_second"), 0) - 160) < 1e-6);
+    const zps_json_t *to = zps_json_get(s, "seconds_to_target");
+    assert_true(zps_json_number(zps_json_get(to, "0.85"), 0) == 0.3);
+    assert_int_equal(zps_json_get(to, "0.9")->type, ZPS_JSON_NULL);
+    assert_true(zps_json_number(zps_json_get(zps_json_get(s, "epochs_to_target"), "0.85"), 0) ==
+                0.3);
+    /* Pull share: (4 * 3 + 4 * 1) / (8 * 10) = 0.2. */
+    assert_true(fabs(zps_json_number(zps_json_get(s, "pull_wait_share"), 0) - 0.2) < 1e-9);
+    /* Dropped within the span: worker 1's clock 3. */
+    assert_true(zps_json_number(zps_json_get(s, "pushes_dropped"), -1) == 1);
+    /* Merged histogram of 20: 0 x14, 1 x2, 5 x2, >=64 x2. p50: 10th sample is 0;
+     * p99: need 19 -> overflow -> max 70. Mean (1.2 * 10 + 14 * 10) / 20 = 7.6. */
+    const zps_json_t *st = zps_json_get(s, "staleness");
+    assert_true(zps_json_number(zps_json_get(st, "count"), 0) == 20);
+    assert_true(zps_json_number(zps_json_get(st, "p50"), -1) == 0);
+    assert_true(zps_json_number(zps_json_get(st, "p99"), -1) == 70);
+    assert_true(zps_json_number(zps_json_get(st, "max"), -1) == 70);
+    assert_true(fabs(zps_json_number(zps_json_get(st, "mean"), 0) - 7.6) < 1e-9);
+    assert_true(zps_json_number(zps_json_get(zps_json_get(st, "histogram"), ">=64"), 0) == 2);
+    assert_true(zps_json_number(zps_json_get(s, "server_pushes_dropped"), 0) == 2);
+    /* Per worker 1: 4 steps; compute 1 ms a step, pad 4, delay 1, pull 1, push 2 -> other 1. */
+    const zps_json_t *w1 = zps_json_at(zps_json_get(s, "per_worker"), 1);
+    assert_true(zps_json_number(zps_json_get(w1, "steps"), 0) == 4);
+    assert_true(fabs(zps_json_number(zps_json_get(w1, "compute_s"), 0) - 0.004) < 1e-9);
+    assert_true(fabs(zps_json_number(zps_json_get(w1, "other_s"), 0) - 0.004) < 1e-9);
+    assert_string_equal(zps_json_string(zps_json_at(zps_json_get(s, "stragglers"), 0)),
+                        "base step 5 ms");
+    assert_int_equal(zps_json_at(zps_json_get(s, "stragglers"), 1)->type, ZPS_JSON_NULL);
+    zps_json_free(s);
+    zps_runstats_free(rs);
+}
+
+static void test_live(void **state)
+{
+    (void)state;
+    zps_runstats_t *rs = fixture();
+    zps_runstats_live_t lv;
+    /* At 1000.5 the window [995.5, 1000.5] holds the 8 steps before it. */
+    zps_runstats_live(rs, 1000.5, &lv);
+    assert_int_equal(lv.clock_min, 4);
+    assert_int_equal(lv.clock_max, 5);
+    assert_int_equal(lv.clocks, 4);
+    assert_true(fabs(lv.seconds - 0.5) < 1e-9);
+    /* 9 steps of 10 examples (the one at 1000.9 is later than now but inside
+     * the window's lower bound) over the 0.5 s since the start. */
+    assert_true(fabs(lv.examples_per_second - 180) < 1e-6);
+    assert_true(fabs(lv.loss - 13.0 / 9.0) < 1e-9);
+    assert_true(lv.test_accuracy == 0.87);
+    assert_true(lv.have_staleness && lv.staleness_p50 == 0 && lv.staleness_max == 70);
+    zps_runstats_free(rs);
+}
+
+static void test_tables(void **state)
+{
+    (void)state;
+    zps_runstats_t *rs = fixture();
+    zps_run_info_t in = info();
+    char dir[] = "/tmp/zps-runstats-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    assert_int_equal(zps_runstats_write_tables(rs, &in, dir), 0);
+    char path[256], line[1024];
+    snprintf(path, sizeof(path), "%s/summary.tsv", dir);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(line, sizeof(line), f)); /* header */
+    assert_int_equal(strncmp(line, "# name\tstatus\tmode", 18), 0);
+    assert_non_null(strstr(line, "\tseconds_to_0.85\tseconds_to_0.9\n"));
+    assert_non_null(fgets(line, sizeof(line), f));
+    fclose(f);
+    assert_string_equal(line, "t\tok\tasp\t0\t0\tnone\t2\t2\t5.000\t0.8700\t0.500\t3.250\t160.0\t"
+                              "0.2000\t0\t70\t70\t1\t0.300\tNA\n");
+    const char *names[] = {"summary.tsv", "eval.tsv", "loss.tsv", "staleness.tsv", "workers.tsv"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+        assert_int_equal(access(path, R_OK), 0);
+        unlink(path);
+    }
+    rmdir(dir);
+    zps_runstats_free(rs);
+}
+
+static void test_bad_input(void **state)
+{
+    (void)state;
+    zps_runstats_t *rs = NULL;
+    assert_int_equal(zps_runstats_new(0, 1, &rs), ZPS_EINVAL);
+    assert_int_equal(zps_runstats_new(1, 1, &rs), 0);
+    assert_int_equal(zps_runstats_add_line(rs, 1, "{}"), ZPS_EINVAL);        /* no such rank */
+    assert_int_equal(zps_runstats_add_line(rs, 0, "{\"type\""), ZPS_EINVAL); /* torn line */
+    assert_int_equal(zps_runstats_add_line(rs, 0, "[1]"), ZPS_EINVAL);
+    assert_int_equal(zps_runstats_add_line(rs, 0, "{\"type\":\"other\"}"), 0);
+    assert_int_equal(zps_runstats_add_server(rs, 1, "{}"), ZPS_EINVAL);
+    /* Nothing known: every figure is null, nothing crashes. */
+    zps_run_info_t in = info();
+    char *text = zps_runstats_summary(rs, &in);
+    zps_json_t *s = NULL;
+    assert_int_equal(zps_json_parse(text, &s, NULL, 0), 0);
+    assert_int_equal(zps_json_get(s, "final_test_accuracy")->type, ZPS_JSON_NULL);
+    assert_int_equal(zps_json_get(s, "train_seconds")->type, ZPS_JSON_NULL);
+    zps_json_free(s);
+    free(text);
+    zps_runstats_free(rs);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_json_values), cmocka_unit_test(test_json_errors),
+        cmocka_unit_test(test_summary),     cmocka_unit_test(test_live),
+        cmocka_unit_test(test_tables),      cmocka_unit_test(test_bad_input),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,806 @@
+/*
+ * runstats.c - a run's figures from its metrics and server statistics; see
+ * runstats.h.
+ *
+ * Every step and evaluation line is kept (a few dozen bytes each: a long run
+ * of four workers holds some tens of thousands), so the summary can cut the
+ * steps at the training end whatever order the lines arrived in.
+ */
+#include "runstats.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "json.h"
+#include "strbuf.h"
+
+/* Server staleness histograms: exact counts for 0..63, then one overflow bucket. */
+#define HIST_EXACT 64
+/* The progress line's rates cover this many seconds. */
+#define LIVE_WINDOW_S 5.0
+
+typedef struct srec {
+    uint64_t clock;
+    double wall, loss;
+    double step_ms, pull_ms, push_ms, compute_ms, pad_ms, delay_ms;
+    uint32_t batch;
+    uint32_t staleness;
+    bool dropped;
+} srec_t;
+
+typedef struct wstat {
+    srec_t *steps;
+    size_t n, cap;
+    bool have_run;
+    uint64_t clocks, steps_per_epoch, batch;
+    double base_step_ms;
+    char *straggler;
+    char *model;
+    char *data;
+    bool have_start;
+    double loop_start; /* wall - elapsed */
+} wstat_t;
+
+typedef struct erec {
+    uint64_t clock;
+    double wall, elapsed, epoch, accuracy, loss;
+    bool final;
+} erec_t;
+
+struct zps_runstats {
+    uint32_t workers, servers;
+    wstat_t *w;
+    erec_t *evals;
+    size_t ne, ecap;
+    zps_json_t **server; /* latest STATS per shard, parsed */
+};
+
+int zps_runstats_new(uint32_t workers, uint32_t servers, zps_runstats_t **out)
+{
+    if (workers == 0 || servers == 0)
+        return ZPS_EINVAL;
+    zps_runstats_t *rs = calloc(1, sizeof(*rs));
+    if (!rs)
+        return ZPS_ENOMEM;
+    rs->workers = workers;
+    rs->servers = servers;
+    rs->w = calloc(workers, sizeof(*rs->w));
+    rs->server = calloc(servers, sizeof(*rs->server));
+    if (!rs->w || !rs->server) {
+        zps_runstats_free(rs);
+        return ZPS_ENOMEM;
+    }
+    *out = rs;
+    return 0;
+}
+
+void zps_runstats_free(zps_runstats_t *rs)
+{
+    if (!rs)
+        return;
+    for (uint32_t i = 0; rs->w && i < rs->workers; i++) {
+        free(rs->w[i].steps);
+        free(rs->w[i].straggler);
+        free(rs->w[i].model);
+        free(rs->w[i].data);
+    }
+    for (uint32_t i = 0; rs->server && i < rs->servers; i++)
+        zps_json_free(rs->server[i]);
+    free(rs->w);
+    free(rs->server);
+    free(rs->evals);
+    free(rs);
+}
+
+static double num(const zps_json_t *o, const char *key)
+{
+    return zps_json_number(zps_json_get(o, key), NAN);
+}
+
+static double num0(const zps_json_t *o, const char *key)
+{
+    return zps_json_number(zps_json_get(o, key), 0.0);
+}
+
+static char *dup_string(const zps_json_t *o, const char *key)
+{
+    const char *s = zps_json_string(zps_json_get(o, key));
+    return s ? strdup(s) : NULL;
+}
+
+static int add_run(wstat_t *w, const zps_json_t *o)
+{
+    w->have_run = true;
+    w->clocks = (uint64_t)num0(o, "clocks");
+    w->steps_per_epoch = (uint64_t)num0(o, "steps_per_epoch");
+    w->batch = (uint64_t)num0(o, "batch");
+    w->base_step_ms = num0(o, "base_step_ms");
+    free(w->straggler);
+    free(w->model);
+    free(w->data);
+    w->straggler = dup_string(o, "straggler");
+    w->model = dup_string(o, "model");
+    w->data = dup_string(o, "data");
+    return 0;
+}
+
+static int add_step(wstat_t *w, const zps_json_t *o)
+{
+    if (w->n == w->cap) {
+        size_t cap = w->cap ? w->cap * 2 : 1024;
+        srec_t *s = realloc(w->steps, cap * sizeof(*s));
+        if (!s)
+            return ZPS_ENOMEM;
+        w->steps = s;
+        w->cap = cap;
+    }
+    srec_t *r = &w->steps[w->n++];
+    r->clock = (uint64_t)num0(o, "clock");
+    r->wall = num0(o, "wall");
+    r->loss = num(o, "loss");
+    r->step_ms = num0(o, "step_ms");
+    r->pull_ms = num0(o, "pull_ms");
+    r->push_ms = num0(o, "push_ms");
+    r->compute_ms =
+        num0(o, "data_ms") + num0(o, "forward_ms") + num0(o, "backward_ms") + num0(o, "update_ms");
+    r->pad_ms = num0(o, "pad_ms");
+    r->delay_ms = num0(o, "delay_ms");
+    r->batch = (uint32_t)num0(o, "batch");
+    r->staleness = (uint32_t)num0(o, "staleness");
+    const zps_json_t *d = zps_json_get(o, "dropped");
+    r->dropped = d && d->type == ZPS_JSON_BOOL && d->boolean;
+    if (!w->have_start) {
+        w->have_start = true;
+        w->loop_start = r->wall - num0(o, "elapsed");
+    }
+    return 0;
+}
+
+static int add_eval(zps_runstats_t *rs, wstat_t *w, const zps_json_t *o)
+{
+    if (rs->ne == rs->ecap) {
+        size_t cap = rs->ecap ? rs->ecap * 2 : 64;
+        erec_t *e = realloc(rs->evals, cap * sizeof(*e));
+        if (!e)
+            return ZPS_ENOMEM;
+        rs->evals = e;
+        rs->ecap = cap;
+    }
+    erec_t *e = &rs->evals[rs->ne++];
+    e->clock = (uint64_t)num0(o, "clock");
+    e->wall = num0(o, "wall");
+    e->elapsed = num0(o, "elapsed");
+    e->epoch = num0(o, "epoch");
+    e->accuracy = num(o, "test_accuracy");
+    e->loss = num(o, "test_loss");
+    const zps_json_t *f = zps_json_get(o, "final");
+    e->final = f && f->type == ZPS_JSON_BOOL && f->boolean;
+    if (!w->have_start) {
+        w->have_start = true;
+        w->loop_start = e->wall - e->elapsed;
+    }
+    return 0;
+}
+
+int zps_runstats_add_line(zps_runstats_t *rs, uint32_t rank, const char *line)
+{
+    if (rank >= rs->workers)
+        return ZPS_EINVAL;
+    zps_json_t *o = NULL;
+    int rc = zps_json_parse(line, &o, NULL, 0);
+    if (rc)
+        return rc;
+    if (o->type != ZPS_JSON_OBJECT) {
+        zps_json_free(o);
+        return ZPS_EINVAL;
+    }
+    const char *type = zps_json_string(zps_json_get(o, "type"));
+    wstat_t *w = &rs->w[rank];
+    if (type && strcmp(type, "run") == 0)
+        rc = add_run(w, o);
+    else if (type && strcmp(type, "step") == 0)
+        rc = add_step(w, o);
+    else if (type && strcmp(type, "eval") == 0)
+        rc = add_eval(rs, w, o);
+    zps_json_free(o);
+    return rc;
+}
+
+int zps_runstats_add_server(zps_runstats_t *rs, uint32_t shard, const char *json)
+{
+    if (shard >= rs->servers)
+        return ZPS_EINVAL;
+    zps_json_t *o = NULL;
+    int rc = zps_json_parse(json, &o, NULL, 0);
+    if (rc)
+        return rc;
+    if (o->type != ZPS_JSON_OBJECT) {
+        zps_json_free(o);
+        return ZPS_EINVAL;
+    }
+    zps_json_free(rs->server[shard]);
+    rs->server[shard] = o;
+    return 0;
+}
+
+/* ---- staleness: the servers' histograms summed over shards ---- */
+
+typedef struct hist {
+    uint64_t counts[HIST_EXACT + 1]; /* the last one: >= HIST_EXACT */
+    uint64_t n;
+    uint64_t max;
+    double sum;
+    bool have;
+} hist_t;
+
+static void merge_servers(const zps_runstats_t *rs, hist_t *h)
+{
+    memset(h, 0, sizeof(*h));
+    for (uint32_t s = 0; s < rs->servers; s++) {
+        const zps_json_t *st = zps_json_get(rs->server[s], "staleness");
+        if (!st)
+            continue;
+        h->have = true;
+        double n = num0(st, "count");
+        h->sum += num0(st, "mean") * n;
+        uint64_t mx = (uint64_t)num0(st, "max");
+        if (mx > h->max)
+            h->max = mx;
+        const zps_json_t *hist = zps_json_get(st, "histogram");
+        for (size_t i = 0; hist && hist->type == ZPS_JSON_OBJECT && i < hist->count; i++) {
+            uint64_t c = (uint64_t)zps_json_number(&hist->items[i], 0);
+            const char *k = hist->keys[i];
+            char *end;
+            unsigned long v = strtoul(k, &end, 10);
+            size_t b = (*k >= '0' && *k <= '9' && *end == '\0' && v < HIST_EXACT) ? v : HIST_EXACT;
+            h->counts[b] += c;
+            h->n += c;
+        }
+    }
+}
+
+/* The smallest v with at least q of the samples <= v (stats.h's rule); max for overflow. */
+static uint64_t hist_quantile(const hist_t *h, double q)
+{
+    if (h->n == 0)
+        return 0;
+    uint64_t need = (uint64_t)(q * (double)h->n);
+    if (need < 1)
+        need = 1;
+    uint64_t seen = 0;
+    for (uint64_t v = 0; v < HIST_EXACT; v++) {
+        seen += h->counts[v];
+        if (seen >= need)
+            return v;
+    }
+    return h->max;
+}
+
+/* ---- the training span ---- */
+
+typedef struct span {
+    bool have;
+    double start, end;
+    const erec_t *final;
+} span_t;
+
+static void training_span(const zps_runstats_t *rs, span_t *sp)
+{
+    memset(sp, 0, sizeof(*sp));
+    const wstat_t *w0 = &rs->w[0];
+    double start = INFINITY, end = -INFINITY;
+    if (w0->have_start) {
+        start = w0->loop_start;
+    } else {
+        for (uint32_t i = 0; i < rs->workers; i++)
+            if (rs->w[i].have_start && rs->w[i].loop_start < start)
+                start = rs->w[i].loop_start;
+    }
+    for (size_t i = 0; i < rs->ne; i++)
+        if (rs->evals[i].final)
+            sp->final = &rs->evals[i];
+    if (sp->final) {
+        end = sp->final->wall;
+    } else {
+        for (uint32_t i = 0; i < rs->workers; i++)
+            for (size_t k = 0; k < rs->w[i].n; k++)
+                if (rs->w[i].steps[k].wall > end)
+                    end = rs->w[i].steps[k].wall;
+    }
+    if (isfinite(start) && isfinite(end) && end >= start) {
+        sp->have = true;
+        sp->start = start;
+        sp->end = end;
+    }
+}
+
+/* Sums of one worker's steps that ended by `end`. */
+typedef struct wsum {
+    uint64_t steps, examples, dropped;
+    double compute_ms, pad_ms, delay_ms, pull_ms, push_ms, step_ms;
+    uint64_t last_clock;
+} wsum_t;
+
+static void worker_sums(const wstat_t *w, double end, wsum_t *s)
+{
+    memset(s, 0, sizeof(*s));
+    for (size_t k = 0; k < w->n; k++) {
+        const srec_t *r = &w->steps[k];
+        if (r->wall > end + 1e-6)
+            continue;
+        s->steps++;
+        s->examples += r->batch;
+        s->dropped += r->dropped;
+        s->compute_ms += r->compute_ms;
+        s->pad_ms += r->pad_ms;
+        s->delay_ms += r->delay_ms;
+        s->pull_ms += r->pull_ms;
+        s->push_ms += r->push_ms;
+        s->step_ms += r->step_ms;
+        if (r->clock + 1 > s->last_clock)
+            s->last_clock = r->clock + 1;
+    }
+}
+
+void zps_runstats_result(const zps_runstats_t *rs, zps_runstats_result_t *out)
+{
+    span_t sp;
+    training_span(rs, &sp);
+    out->final_accuracy = sp.final ? sp.final->accuracy : NAN;
+    out->final_loss = sp.final ? sp.final->loss : NAN;
+    out->final_clock = sp.final ? sp.final->clock : 0;
+    out->train_seconds = sp.have ? sp.end - sp.start : NAN;
+    out->examples_per_second = NAN;
+    if (sp.have && sp.end > sp.start) {
+        uint64_t ex = 0;
+        for (uint32_t i = 0; i < rs->workers; i++) {
+            wsum_t s;
+            worker_sums(&rs->w[i], sp.end, &s);
+            ex += s.examples;
+        }
+        out->examples_per_second = (double)ex / (sp.end - sp.start);
+    }
+}
+
+void zps_runstats_live(const zps_runstats_t *rs, double now, zps_runstats_live_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->loss = NAN;
+    out->test_accuracy = NAN;
+    out->clock_min = UINT64_MAX;
+    double loss_sum = 0, ex = 0, first = INFINITY;
+    uint64_t loss_n = 0;
+    for (uint32_t i = 0; i < rs->workers; i++) {
+        const wstat_t *w = &rs->w[i];
+        uint64_t done = w->n ? w->steps[w->n - 1].clock + 1 : 0;
+        if (done < out->clock_min)
+            out->clock_min = done;
+        if (done > out->clock_max)
+            out->clock_max = done;
+        if (w->clocks > out->clocks)
+            out->clocks = w->clocks;
+        if (w->have_start && w->loop_start < first)
+            first = w->loop_start;
+        for (size_t k = w->n; k-- > 0;) {
+            const srec_t *r = &w->steps[k];
+            if (r->wall < now - LIVE_WINDOW_S)
+                break;
+            ex += r->batch;
+            if (isfinite(r->loss)) {
+                loss_sum += r->loss;
+                loss_n++;
+            }
+        }
+    }
+    if (out->clock_min == UINT64_MAX)
+        out->clock_min = 0;
+    const wstat_t *w0 = &rs->w[0];
+    double start = w0->have_start ? w0->loop_start : first;
+    if (isfinite(start) && now > start) {
+        out->seconds = now - start;
+        double window = out->seconds < LIVE_WINDOW_S ? out->seconds : LIVE_WINDOW_S;
+        out->examples_per_second = window > 0 ? ex / window : 0;
+    }
+    if (loss_n)
+        out->loss = loss_sum / (double)loss_n;
+    for (size_t i = rs->ne; i-- > 0;) {
+        if (isfinite(rs->evals[i].accuracy)) {
+            out->test_accuracy = rs->evals[i].accuracy;
+            out->test_clock = rs->evals[i].clock;
+            break;
+        }
+    }
+    hist_t h;
+    merge_servers(rs, &h);
+    if (h.have && h.n) {
+        out->have_staleness = true;
+        out->staleness_p50 = hist_quantile(&h, 0.5);
+        out->staleness_max = h.max;
+    }
+}
+
+/* ---- summary.json ---- */
+
+/* "key": v with `prec` digits after the point (prec < 0: 9 significant digits), or null. */
+static void jnum(zps_strbuf_t *b, const char *key, double v, int prec)
+{
+    zps_strbuf_printf(b, "\"%s\": ", key);
+    if (!isfinite(v))
+        zps_strbuf_printf(b, "null");
+    else if (prec < 0)
+        zps_strbuf_printf(b, "%.9g", v);
+    else
+        zps_strbuf_printf(b, "%.*f", prec, v);
+}
+
+static void jstr(zps_strbuf_t *b, const char *key, const char *v)
+{
+    zps_strbuf_printf(b, "\"%s\": ", key);
+    if (v)
+        zps_strbuf_json_string(b, v);
+    else
+        zps_strbuf_printf(b, "null");
+}
+
+/* The target as its key: the shortest decimal, "0.85". */
+static void target_key(double t, char *buf, size_t size)
+{
+    snprintf(buf, size, "%.15g", t);
+}
+
+static void summary_targets(zps_strbuf_t *b, const zps_runstats_t *rs, const zps_run_info_t *in,
+                            bool epochs)
+{
+    zps_strbuf_printf(b, "{");
+    for (size_t t = 0; t < in->target_count; t++) {
+        char key[32];
+        target_key(in->targets[t], key, sizeof(key));
+        double found = NAN;
+        for (size_t i = 0; i < rs->ne; i++) {
+            const erec_t *e = &rs->evals[i];
+            if (isfinite(e->accuracy) && e->accuracy >= in->targets[t]) {
+                found = epochs ? e->epoch : e->elapsed;
+                break;
+            }
+        }
+        zps_strbuf_printf(b, "%s", t ? ", " : "");
+        jnum(b, key, found, 3);
+    }
+    zps_strbuf_printf(b, "}");
+}
+
+static void summary_servers(zps_strbuf_t *b, const zps_runstats_t *rs)
+{
+    uint64_t dropped_max = 0;
+    bool have = false;
+    zps_strbuf_printf(b, "  \"server_pull_wait_ms\": [");
+    for (uint32_t s = 0; s < rs->servers; s++) {
+        const zps_json_t *pw = zps_json_get(rs->server[s], "pull_wait");
+        zps_strbuf_printf(b, "%s{", s ? ", " : "");
+        jnum(b, "p50", num(pw, "p50_ms"), 3);
+        zps_strbuf_printf(b, ", ");
+        jnum(b, "p99", num(pw, "p99_ms"), 3);
+        zps_strbuf_printf(b, ", ");
+        jnum(b, "max", num(pw, "max_ms"), 3);
+        zps_strbuf_printf(b, ", ");
+        jnum(b, "mean", num(pw, "mean_ms"), 3);
+        zps_strbuf_printf(b, "}");
+        const zps_json_t *counts = zps_json_get(rs->server[s], "counts");
+        if (counts) {
+            have = true;
+            uint64_t d = (uint64_t)num0(counts, "dropped");
+            if (d > dropped_max)
+                dropped_max = d;
+        }
+    }
+    zps_strbuf_printf(b, "],\n  ");
+    jnum(b, "server_pushes_dropped", have ? (double)dropped_max : NAN, 0);
+    zps_strbuf_printf(b, ",\n  \"server_versions\": [");
+    for (uint32_t s = 0; s < rs->servers; s++) {
+        zps_strbuf_printf(b, "%s", s ? ", " : "");
+        double v = num(rs->server[s], "version");
+        if (isfinite(v))
+            zps_strbuf_printf(b, "%.0f", v);
+        else
+            zps_strbuf_printf(b, "null");
+    }
+    zps_strbuf_printf(b, "],\n");
+}
+
+char *zps_runstats_summary(const zps_runstats_t *rs, const zps_run_info_t *in)
+{
+    span_t sp;
+    training_span(rs, &sp);
+    zps_runstats_result_t res;
+    zps_runstats_result(rs, &res);
+    hist_t h;
+    merge_servers(rs, &h);
+    const wstat_t *w0 = &rs->w[0];
+
+    zps_strbuf_t b;
+    zps_strbuf_init(&b);
+    zps_strbuf_printf(&b, "{\n  ");
+    jstr(&b, "name", in->name);
+    zps_strbuf_printf(&b, ",\n  ");
+    jstr(&b, "status", in->status);
+    zps_strbuf_printf(&b, ",\n  ");
+    jstr(&b, "failed_process", in->failed);
+    zps_strbuf_printf(&b, ",\n  ");
+    jstr(&b, "mode", in->mode);
+    zps_strbuf_printf(&b, ",\n  \"staleness_bound\": %u,\n  \"backup_workers\": %u,\n  ",
+                      in->staleness_bound, in->backup_workers);
+    jstr(&b, "lr_staleness", in->lr_staleness);
+    zps_strbuf_printf(&b, ",\n  \"workers\": %u,\n  \"servers\": %u,\n  ", rs->workers,
+                      rs->servers);
+    jstr(&b, "model", w0->model);
+    zps_strbuf_printf(&b, ",\n  ");
+    jstr(&b, "data", w0->data);
+    zps_strbuf_printf(&b,
+                      ",\n  \"batch_per_worker\": %llu,\n  \"clocks\": %llu,\n  "
+                      "\"steps_per_epoch\": %llu,\n  ",
+                      (unsigned long long)w0->batch, (unsigned long long)w0->clocks,
+                      (unsigned long long)w0->steps_per_epoch);
+    jnum(&b, "base_step_ms", w0->have_run ? w0->base_step_ms : NAN, -1);
+    zps_strbuf_printf(&b, ",\n  \"server_args\": [");
+    for (size_t i = 0; i < in->server_arg_count; i++) {
+        zps_strbuf_printf(&b, "%s", i ? ", " : "");
+        zps_strbuf_json_string(&b, in->server_args[i]);
+    }
+    zps_strbuf_printf(&b, "],\n  \"stragglers\": [");
+    for (uint32_t i = 0; i < rs->workers; i++) {
+        zps_strbuf_printf(&b, "%s", i ? ", " : "");
+        if (rs->w[i].straggler)
+            zps_strbuf_json_string(&b, rs->w[i].straggler);
+        else
+            zps_strbuf_printf(&b, "null");
+    }
+    zps_strbuf_printf(&b, "],\n  ");
+    jnum(&b, "final_test_accuracy", res.final_accuracy, 4);
+    zps_strbuf_printf(&b, ",\n  ");
+    jnum(&b, "final_test_loss", res.final_loss, -1);
+    zps_strbuf_printf(&b, ",\n  ");
+    jnum(&b, "final_clock", sp.final ? (double)sp.final->clock : NAN, 0);
+    zps_strbuf_printf(&b, ",\n  ");
+    jnum(&b, "wall_seconds", in->wall_seconds, 3);
+    zps_strbuf_printf(&b, ",\n  ");
+    jnum(&b, "train_seconds", res.train_seconds, 3);
+    zps_strbuf_printf(&b, ",\n  ");
+    jnum(&b, "examples_per_second", res.examples_per_second, 1);
+    zps_strbuf_printf(&b, ",\n  \"seconds_to_target\": ");
+    summary_targets(&b, rs, in, false);
+    zps_strbuf_printf(&b, ",\n  \"epochs_to_target\": ");
+    summary_targets(&b, rs, in, true);
+
+    /* Per worker, within the training span. */
+    double pull_all = 0, step_all = 0;
+    uint64_t dropped_all = 0;
+    zps_strbuf_printf(&b, ",\n  \"per_worker\": [");
+    for (uint32_t i = 0; i < rs->workers; i++) {
+        wsum_t s;
+        worker_sums(&rs->w[i], sp.have ? sp.end : INFINITY, &s);
+        pull_all += s.pull_ms;
+        step_all += s.step_ms;
+        dropped_all += s.dropped;
+        double other = s.step_ms - s.compute_ms - s.pad_ms - s.delay_ms - s.pull_ms - s.push_ms;
+        zps_strbuf_printf(&b,
+                          "%s\n    {\"rank\": %u, \"steps\": %llu, \"examples\": %llu, "
+                          "\"dropped\": %llu, \"compute_s\": %.3f, \"pad_s\": %.3f, "
+                          "\"delay_s\": %.3f, \"pull_s\": %.3f, \"push_s\": %.3f, "
+                          "\"other_s\": %.3f, \"mean_step_ms\": %.3f, \"pull_wait_share\": ",
+                          i ? "," : "", i, (unsigned long long)s.steps,
+                          (unsigned long long)s.examples, (unsigned long long)s.dropped,
+                          s.compute_ms / 1e3, s.pad_ms / 1e3, s.delay_ms / 1e3, s.pull_ms / 1e3,
+                          s.push_ms / 1e3, other / 1e3,
+                          s.steps ? s.step_ms / (double)s.steps : 0.0);
+        if (s.step_ms > 0)
+            zps_strbuf_printf(&b, "%.4f}", s.pull_ms / s.step_ms);
+        else
+            zps_strbuf_printf(&b, "null}");
+    }
+    zps_strbuf_printf(&b, "\n  ],\n  ");
+    jnum(&b, "pull_wait_share", step_all > 0 ? pull_all / step_all : NAN, 4);
+    zps_strbuf_printf(
+        &b, ",\n  \"pushes_dropped\": %llu,\n  \"staleness\": ", (unsigned long long)dropped_all);
+    if (h.have) {
+        zps_strbuf_printf(&b,
+                          "{\"count\": %llu, \"p50\": %llu, \"p99\": %llu, \"max\": %llu, "
+                          "\"mean\": %.4f, \"histogram\": {",
+                          (unsigned long long)h.n, (unsigned long long)hist_quantile(&h, 0.5),
+                          (unsigned long long)hist_quantile(&h, 0.99), (unsigned long long)h.max,
+                          h.n ? h.sum / (double)h.n : 0.0);
+        const char *sep = "";
+        for (int v = 0; v <= HIST_EXACT; v++) {
+            if (!h.counts[v])
+                continue;
+            if (v < HIST_EXACT)
+                zps_strbuf_printf(&b, "%s\"%d\": %llu", sep, v, (unsigned long long)h.counts[v]);
+            else
+                zps_strbuf_printf(&b, "%s\">=%d\": %llu", sep, HIST_EXACT,
+                                  (unsigned long long)h.counts[v]);
+            sep = ", ";
+        }
+        zps_strbuf_printf(&b, "}},\n");
+    } else {
+        zps_strbuf_printf(&b, "{\"count\": 0, \"p50\": null, \"p99\": null, \"max\": null, "
+                              "\"mean\": null, \"histogram\": {}},\n");
+    }
+    summary_servers(&b, rs);
+    zps_strbuf_printf(&b, "  \"targets\": [");
+    for (size_t t = 0; t < in->target_count; t++)
+        zps_strbuf_printf(&b, "%s%.15g", t ? ", " : "", in->targets[t]);
+    zps_strbuf_printf(&b, "]\n}\n");
+    return zps_strbuf_take(&b);
+}
+
+/* ---- tables ---- */
+
+static FILE *open_table(const char *dir, const char *name, const char *header)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    if (f)
+        fprintf(f, "# %s\n", header);
+    return f;
+}
+
+static int close_table(FILE *f)
+{
+    if (!f)
+        return ZPS_EIO;
+    bool bad = ferror(f) != 0;
+    if (fclose(f) != 0)
+        bad = true;
+    return bad ? ZPS_EIO : 0;
+}
+
+/* Mean loss per clock over every worker's step at that clock. */
+static int write_loss(const zps_runstats_t *rs, FILE *f)
+{
+    uint64_t clocks = 0;
+    for (uint32_t i = 0; i < rs->workers; i++)
+        for (size_t k = 0; k < rs->w[i].n; k++)
+            if (rs->w[i].steps[k].clock + 1 > clocks)
+                clocks = rs->w[i].steps[k].clock + 1;
+    double *sum = calloc(clocks ? clocks : 1, sizeof(double));
+    uint32_t *cnt = calloc(clocks ? clocks : 1, sizeof(uint32_t));
+    if (!sum || !cnt) {
+        free(sum);
+        free(cnt);
+        return ZPS_ENOMEM;
+    }
+    for (uint32_t i = 0; i < rs->workers; i++) {
+        for (size_t k = 0; k < rs->w[i].n; k++) {
+            const srec_t *r = &rs->w[i].steps[k];
+            if (isfinite(r->loss)) {
+                sum[r->clock] += r->loss;
+                cnt[r->clock]++;
+            }
+        }
+    }
+    double spe = rs->w[0].steps_per_epoch ? (double)rs->w[0].steps_per_epoch : NAN;
+    for (uint64_t c = 0; c < clocks; c++)
+        if (cnt[c])
+            fprintf(f, "%llu\t%.6f\t%.6f\t%u\n", (unsigned long long)c, (double)c / spe,
+                    sum[c] / cnt[c], cnt[c]);
+    free(sum);
+    free(cnt);
+    return 0;
+}
+
+/* A number for summary.tsv: NA when unknown. */
+static void tsv_num(FILE *f, double v, int prec)
+{
+    if (isfinite(v))
+        fprintf(f, "\t%.*f", prec, v);
+    else
+        fprintf(f, "\tNA");
+}
+
+static int write_summary_row(const zps_runstats_t *rs, const zps_run_info_t *in, FILE *f)
+{
+    zps_runstats_result_t res;
+    zps_runstats_result(rs, &res);
+    hist_t h;
+    merge_servers(rs, &h);
+    span_t sp;
+    training_span(rs, &sp);
+    double pull = 0, step = 0;
+    uint64_t dropped = 0;
+    for (uint32_t i = 0; i < rs->workers; i++) {
+        wsum_t s;
+        worker_sums(&rs->w[i], sp.have ? sp.end : INFINITY, &s);
+        pull += s.pull_ms;
+        step += s.step_ms;
+        dropped += s.dropped;
+    }
+    fprintf(f, "%s\t%s\t%s\t%u\t%u\t%s\t%u\t%u", in->name ? in->name : "NA",
+            in->status ? in->status : "NA", in->mode ? in->mode : "NA", in->staleness_bound,
+            in->backup_workers, in->lr_staleness ? in->lr_staleness : "none", rs->workers,
+            rs->servers);
+    tsv_num(f, rs->w[0].have_run ? rs->w[0].base_step_ms : NAN, 3);
+    tsv_num(f, res.final_accuracy, 4);
+    tsv_num(f, res.train_seconds, 3);
+    tsv_num(f, in->wall_seconds, 3);
+    tsv_num(f, res.examples_per_second, 1);
+    tsv_num(f, step > 0 ? pull / step : NAN, 4);
+    tsv_num(f, h.have && h.n ? (double)hist_quantile(&h, 0.5) : NAN, 0);
+    tsv_num(f, h.have && h.n ? (double)hist_quantile(&h, 0.99) : NAN, 0);
+    tsv_num(f, h.have && h.n ? (double)h.max : NAN, 0);
+    fprintf(f, "\t%llu", (unsigned long long)dropped);
+    for (size_t t = 0; t < in->target_count; t++) {
+        double found = NAN;
+        for (size_t i = 0; i < rs->ne && !isfinite(found); i++)
+            if (isfinite(rs->evals[i].accuracy) && rs->evals[i].accuracy >= in->targets[t])
+                found = rs->evals[i].elapsed;
+        tsv_num(f, found, 3);
+    }
+    fprintf(f, "\n");
+    return 0;
+}
+
+int zps_runstats_write_tables(const zps_runstats_t *rs, const zps_run_info_t *info, const char *dir)
+{
+    int rc = 0;
+    char header[1024];
+    size_t hl = (size_t)snprintf(
+        header, sizeof(header),
+        "name\tstatus\tmode\tstaleness_bound\tbackup_workers\tlr_staleness\tworkers\tservers\t"
+        "base_step_ms\tfinal_test_accuracy\ttrain_seconds\twall_seconds\texamples_per_second\t"
+        "pull_wait_share\tstaleness_p50\tstaleness_p99\tstaleness_max\tpushes_dropped");
+    for (size_t t = 0; t < info->target_count && hl < sizeof(header); t++) {
+        char key[32];
+        target_key(info->targets[t], key, sizeof(key));
+        hl += (size_t)snprintf(header + hl, sizeof(header) - hl, "\tseconds_to_%s", key);
+    }
+    FILE *f = open_table(dir, "summary.tsv", header);
+    if (f && write_summary_row(rs, info, f))
+        rc = ZPS_EIO;
+    if (close_table(f))
+        rc = ZPS_EIO;
+
+    f = open_table(dir, "eval.tsv", "elapsed_s\tclock\tepoch\ttest_accuracy\ttest_loss");
+    for (size_t i = 0; f && i < rs->ne; i++) {
+        const erec_t *e = &rs->evals[i];
+        fprintf(f, "%.3f\t%llu\t%.4f\t%.4f\t%.6f\n", e->elapsed, (unsigned long long)e->clock,
+                e->epoch, isfinite(e->accuracy) ? e->accuracy : NAN, e->loss);
+    }
+    if (close_table(f))
+        rc = ZPS_EIO;
+
+    f = open_table(dir, "loss.tsv", "clock\tepoch\tmean_loss\tworkers");
+    if (f && write_loss(rs, f))
+        rc = ZPS_EIO;
+    if (close_table(f))
+        rc = ZPS_EIO;
+
+    hist_t h;
+    merge_servers(rs, &h);
+    f = open_table(dir, "staleness.tsv", "staleness\tcount\tshare");
+    for (int v = 0; f && v <= HIST_EXACT; v++)
+        if (h.counts[v])
+            fprintf(f, "%d\t%llu\t%.6f\n", v, (unsigned long long)h.counts[v],
+                    (double)h.counts[v] / (double)h.n);
+    if (close_table(f))
+        rc = ZPS_EIO;
+
+    span_t sp;
+    training_span(rs, &sp);
+    f = open_table(dir, "workers.tsv",
+                   "rank\tcompute_s\tpad_s\tdelay_s\tpull_s\tpush_s\tother_s\tsteps\tdropped");
+    for (uint32_t i = 0; f && i < rs->workers; i++) {
+        wsum_t s;
+        worker_sums(&rs->w[i], sp.have ? sp.end : INFINITY, &s);
+        double other = s.step_ms - s.compute_ms - s.pad_ms - s.delay_ms - s.pull_ms - s.push_ms;
+        fprintf(f, "%u\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%llu\t%llu\n", i, s.compute_ms / 1e3,
+                s.pad_ms / 1e3, s.delay_ms / 1e3, s.pull_ms / 1e3, s.push_ms / 1e3,
+                other > 0 ? other / 1e3 : 0.0, (unsigned long long)s.steps,
+                (unsigned long long)s.dropped);
+    }
+    if (close_table(f))
+        rc = ZPS_EIO;
+    return rc;
+}

@@ -1,0 +1,105 @@
+/*
+ * runstats.h - what `zps launch` learns about a run, and what it concludes:
+ * it is fed the workers' metrics lines and the servers' STATS replies, and
+ * computes the live progress figures, summary.json and the tables the plots
+ * are drawn from. No I/O except zps_runstats_write_tables; no processes.
+ *
+ * Definitions (docs/launch.md repeats them for readers of summary.json):
+ *   training start   worker 0's training loop start (its metrics' wall - elapsed)
+ *   training end     worker 0's final evaluation (else the last step of any worker)
+ *   train_seconds    end - start
+ *   seconds_to_target[a]   `elapsed` of worker 0's first evaluation with
+ *                    test accuracy >= a (null if none)
+ *   examples_per_second    examples of every worker's steps that ended by the
+ *                    training end, over train_seconds
+ *   pull_wait_share  sum of pull_ms over sum of step_ms, all workers, same steps
+ *   staleness        the servers' histograms of applied pushes' staleness,
+ *                    summed over shards (p50, p99, max, mean)
+ *   pushes_dropped   steps whose push came back dropped (worker side)
+ *
+ * Not thread-safe: one owner.
+ */
+#ifndef ZPS_RUNSTATS_H
+#define ZPS_RUNSTATS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct zps_runstats zps_runstats_t;
+
+/* Returns 0, ZPS_EINVAL (0 workers or servers) or ZPS_ENOMEM. */
+int zps_runstats_new(uint32_t workers, uint32_t servers, zps_runstats_t **out);
+void zps_runstats_free(zps_runstats_t *rs); /* NULL is a no-op */
+
+/*
+ * One metrics line (a JSON object, no newline needed) of worker `rank`.
+ * "run", "step" and "eval" lines are used, others ignored. Returns 0,
+ * ZPS_EINVAL (not a JSON object, or rank out of range) or ZPS_ENOMEM.
+ */
+int zps_runstats_add_line(zps_runstats_t *rs, uint32_t rank, const char *line);
+
+/* The latest STATS reply of shard `shard` (replaces the previous one). Same returns. */
+int zps_runstats_add_server(zps_runstats_t *rs, uint32_t shard, const char *json);
+
+/* Figures for the progress line, at wall-clock time `now` (seconds since the epoch). */
+typedef struct zps_runstats_live {
+    uint64_t clock_min, clock_max; /* steps done by the slowest and fastest worker */
+    uint64_t clocks;               /* clocks each worker runs (0 until known) */
+    double examples_per_second;    /* all workers, over the last 5 s */
+    double loss;                   /* mean step loss over the last 5 s (NaN: none) */
+    double test_accuracy;          /* latest evaluation (NaN: none yet) */
+    uint64_t test_clock;
+    bool have_staleness;
+    uint64_t staleness_p50, staleness_max;
+    double seconds; /* since training start (0 before) */
+} zps_runstats_live_t;
+
+void zps_runstats_live(const zps_runstats_t *rs, double now, zps_runstats_live_t *out);
+
+/* What the launcher knows that the metrics do not. */
+typedef struct zps_run_info {
+    const char *name;
+    const char *mode; /* "bsp", "ssp", "asp" */
+    uint32_t staleness_bound;
+    uint32_t backup_workers;
+    const char *lr_staleness; /* NULL: not set */
+    const double *targets;    /* accuracy targets for seconds_to_target */
+    size_t target_count;
+    double wall_seconds;            /* the launcher's whole run, first spawn to last exit */
+    const char *status;             /* "ok", "failed", "interrupted", "timeout" */
+    const char *failed;             /* the process that failed, or NULL */
+    const char *const *server_args; /* flags every server got beyond the cluster's */
+    size_t server_arg_count;
+} zps_run_info_t;
+
+/* summary.json's text (one object, pretty enough to read); malloc'd, NULL on ENOMEM. */
+char *zps_runstats_summary(const zps_runstats_t *rs, const zps_run_info_t *info);
+
+/* Headline figures, for the launcher's last line. NaN where unknown. */
+typedef struct zps_runstats_result {
+    double final_accuracy, final_loss;
+    uint64_t final_clock;
+    double train_seconds;
+    double examples_per_second;
+} zps_runstats_result_t;
+void zps_runstats_result(const zps_runstats_t *rs, zps_runstats_result_t *out);
+
+/*
+ * Writes the tables into `dir` (tab-separated, a '#' header line each):
+ *   eval.tsv       elapsed_s clock epoch test_accuracy test_loss
+ *   loss.tsv       clock epoch mean_loss workers        (mean over the workers' steps at a clock)
+ *   staleness.tsv  staleness count share                (servers' histogram, summed over shards)
+ *   workers.tsv    rank compute_s pad_s delay_s pull_s push_s other_s steps dropped
+ *   summary.tsv    summary.json's headline figures as one row (for scripts without
+ *                  a JSON reader): name status mode staleness_bound backup_workers
+ *                  lr_staleness workers servers base_step_ms final_test_accuracy
+ *                  train_seconds wall_seconds examples_per_second pull_wait_share
+ *                  staleness_p50 staleness_p99 staleness_max pushes_dropped, then
+ *                  seconds_to_<target> per target; "NA" where unknown
+ * Returns 0 or ZPS_EIO.
+ */
+int zps_runstats_write_tables(const zps_runstats_t *rs, const zps_run_info_t *info,
+                              const char *dir);
+
+#endif
