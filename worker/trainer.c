@@ -597,6 +597,16 @@ static int run_distributed(trainer_t *T)
             rc = client_failed(T, client, "pull", t, rc);
             goto done;
         }
+        if (info.next_clock > t) {
+            /* The shards expect a later clock from this worker: they were
+             * resumed from a checkpoint, or evicted it and took it back at
+             * the present. Clocks in between would only be retries. */
+            zps_progress_break(&T->progress);
+            zps_info("the servers expect clock %llu from this worker, not %llu: resuming there",
+                     (unsigned long long)info.next_clock, (unsigned long long)t);
+            t = info.next_clock - 1; /* the loop's t++ lands on next_clock */
+            continue;
+        }
         r.pull_ms = ms_since(t0);
         r.version = info.min_version;
         r.staleness = t > info.min_clock ? t - info.min_clock : 0;

@@ -11,6 +11,7 @@
 
 #include "error.h"
 #include "log.h"
+#include "opt_flags.h"
 #include "parse.h"
 #include "trainer.h"
 
@@ -49,20 +50,7 @@ static void usage(FILE *f)
                "  --blas-threads N       OpenBLAS threads for the cpu backend (default 1)\n"
                "\n"
                "Optimizer (--local only; a cluster uses the servers' flags):\n"
-               "  --optimizer NAME       sgd, momentum, nesterov, adam, adamw, adagrad\n"
-               "                         (default sgd)\n"
-               "  --lr X                 learning rate (default 0.01)\n"
-               "  --momentum MU          momentum, nesterov (default 0.9)\n"
-               "  --nesterov             use Nesterov's momentum\n"
-               "  --beta1 B1, --beta2 B2 adam, adamw (default 0.9, 0.999)\n"
-               "  --eps E                adam, adamw, adagrad (default 1e-8)\n"
-               "  --weight-decay WD      L2 penalty; decoupled for adamw (default 0)\n"
-               "  --schedule NAME        constant, step, cosine (default constant)\n"
-               "  --step-every K         step schedule: multiply lr by gamma every K steps\n"
-               "  --gamma G              step schedule factor (default 0.1)\n"
-               "  --cosine-steps T       cosine schedule length in steps\n"
-               "  --lr-min X             cosine schedule floor (default 0)\n"
-               "  --warmup K             linear warm-up over the first K steps (default 0)\n"
+               "%s"
                "\n"
                "Step time and stragglers (docs/launch.md; every delay is in the metrics):\n"
                "  --base-step-ms MS      pad each step's compute (data, forward, backward) to MS\n"
@@ -88,7 +76,8 @@ static void usage(FILE *f)
                "  --progress-every S     seconds between progress lines when stderr is not a\n"
                "                         terminal (default 10)\n"
                "  --log-level LEVEL      debug, info, warn, error (default info)\n"
-               "  --help                 this text\n");
+               "  --help                 this text\n",
+            zps_opt_flags_usage);
 }
 
 enum {
@@ -108,20 +97,6 @@ enum {
     OPT_BACKEND,
     OPT_DEVICE,
     OPT_BLAS_THREADS,
-    OPT_OPTIMIZER,
-    OPT_LR,
-    OPT_MOMENTUM,
-    OPT_NESTEROV,
-    OPT_BETA1,
-    OPT_BETA2,
-    OPT_EPS,
-    OPT_WD,
-    OPT_SCHEDULE,
-    OPT_STEP_EVERY,
-    OPT_GAMMA,
-    OPT_COSINE_STEPS,
-    OPT_LR_MIN,
-    OPT_WARMUP,
     OPT_BASE_STEP,
     OPT_SLOWDOWN,
     OPT_DELAY,
@@ -156,20 +131,7 @@ static const struct option options[] = {
     {"backend", required_argument, NULL, OPT_BACKEND},
     {"device", required_argument, NULL, OPT_DEVICE},
     {"blas-threads", required_argument, NULL, OPT_BLAS_THREADS},
-    {"optimizer", required_argument, NULL, OPT_OPTIMIZER},
-    {"lr", required_argument, NULL, OPT_LR},
-    {"momentum", required_argument, NULL, OPT_MOMENTUM},
-    {"nesterov", no_argument, NULL, OPT_NESTEROV},
-    {"beta1", required_argument, NULL, OPT_BETA1},
-    {"beta2", required_argument, NULL, OPT_BETA2},
-    {"eps", required_argument, NULL, OPT_EPS},
-    {"weight-decay", required_argument, NULL, OPT_WD},
-    {"schedule", required_argument, NULL, OPT_SCHEDULE},
-    {"step-every", required_argument, NULL, OPT_STEP_EVERY},
-    {"gamma", required_argument, NULL, OPT_GAMMA},
-    {"cosine-steps", required_argument, NULL, OPT_COSINE_STEPS},
-    {"lr-min", required_argument, NULL, OPT_LR_MIN},
-    {"warmup", required_argument, NULL, OPT_WARMUP},
+    ZPS_OPT_FLAG_OPTIONS,
     {"base-step-ms", required_argument, NULL, OPT_BASE_STEP},
     {"slowdown", required_argument, NULL, OPT_SLOWDOWN},
     {"delay", required_argument, NULL, OPT_DELAY},
@@ -217,7 +179,10 @@ int main(int argc, char **argv)
     zps_trainer_config_t cfg;
     zps_trainer_config_default(&cfg);
     char **servers = NULL;
-    bool have_epochs = false, have_clocks = false, nesterov = false, opt_flags = false;
+    bool have_epochs = false, have_clocks = false;
+    zps_opt_flags_t optf;
+    zps_opt_flags_init(&optf);
+    char why[256];
     bool have_servers = false, have_straggler_seed = false;
     zps_straggler_config_t *sc = &cfg.straggler;
     long l;
@@ -227,9 +192,14 @@ int main(int argc, char **argv)
     int c;
     while ((c = getopt_long(argc, argv, "", options, NULL)) != -1) {
         const char *a = optarg;
-        /* The optimizer flags mirror zps-server's. */
-        if (c >= OPT_OPTIMIZER && c <= OPT_WARMUP)
-            opt_flags = true;
+        /* The optimizer flags are zps-server's own (server/opt_flags.c). */
+        if (c >= ZPS_OPT_FLAG_FIRST && c < ZPS_OPT_FLAG_END) {
+            if (zps_opt_flag_apply(&optf, c, a, why, sizeof(why)) != 0) {
+                rc = bad_usage(why);
+                goto out;
+            }
+            continue;
+        }
         switch (c) {
         case OPT_SERVERS:
             free(servers);
@@ -306,65 +276,6 @@ int main(int argc, char **argv)
                 BAD_FLAG("--blas-threads", a, "an integer in [1, 1024]");
             cfg.blas_threads = (int)l;
             break;
-        case OPT_OPTIMIZER:
-            if (zps_opt_parse(a, &cfg.opt))
-                BAD_FLAG("--optimizer", a, "sgd, momentum, nesterov, adam, adamw or adagrad");
-            break;
-        case OPT_LR:
-            if (zps_parse_double(a, &cfg.opt.lr))
-                BAD_FLAG("--lr", a, "a number");
-            break;
-        case OPT_MOMENTUM:
-            if (zps_parse_double(a, &cfg.opt.momentum))
-                BAD_FLAG("--momentum", a, "a number");
-            break;
-        case OPT_NESTEROV:
-            nesterov = true;
-            break;
-        case OPT_BETA1:
-            if (zps_parse_double(a, &cfg.opt.beta1))
-                BAD_FLAG("--beta1", a, "a number");
-            break;
-        case OPT_BETA2:
-            if (zps_parse_double(a, &cfg.opt.beta2))
-                BAD_FLAG("--beta2", a, "a number");
-            break;
-        case OPT_EPS:
-            if (zps_parse_double(a, &cfg.opt.eps))
-                BAD_FLAG("--eps", a, "a number");
-            break;
-        case OPT_WD:
-            if (zps_parse_double(a, &cfg.opt.weight_decay))
-                BAD_FLAG("--weight-decay", a, "a number");
-            break;
-        case OPT_SCHEDULE:
-            if (zps_sched_parse(a, &cfg.opt.schedule))
-                BAD_FLAG("--schedule", a, "constant, step or cosine");
-            break;
-        case OPT_STEP_EVERY:
-            if (zps_parse_u64(a, &u))
-                BAD_FLAG("--step-every", a, "a positive integer");
-            cfg.opt.step_every = u;
-            break;
-        case OPT_GAMMA:
-            if (zps_parse_double(a, &cfg.opt.gamma))
-                BAD_FLAG("--gamma", a, "a number");
-            break;
-        case OPT_COSINE_STEPS:
-            if (zps_parse_u64(a, &u))
-                BAD_FLAG("--cosine-steps", a, "a positive integer");
-            cfg.opt.cosine_steps = u;
-            break;
-        case OPT_LR_MIN:
-            if (zps_parse_double(a, &d))
-                BAD_FLAG("--lr-min", a, "a number");
-            cfg.opt.lr_min = d;
-            break;
-        case OPT_WARMUP:
-            if (zps_parse_u64(a, &u))
-                BAD_FLAG("--warmup", a, "a non-negative integer");
-            cfg.opt.warmup = u;
-            break;
         case OPT_BASE_STEP:
             if (zps_parse_double(a, &sc->base_step_ms))
                 BAD_FLAG("--base-step-ms", a, "milliseconds");
@@ -435,7 +346,6 @@ int main(int argc, char **argv)
             goto out;
         }
     }
-    char why[256];
     if (optind < argc) {
         snprintf(why, sizeof(why), "unexpected argument '%s'", argv[optind]);
         rc = bad_usage(why);
@@ -462,17 +372,11 @@ int main(int argc, char **argv)
         rc = bad_usage("--init-only is for worker 0, which initialises the model");
         goto out;
     }
-    if (nesterov) {
-        if (cfg.opt.kind != ZPS_OPT_MOMENTUM) {
-            rc = bad_usage("--nesterov needs --optimizer momentum");
-            goto out;
-        }
-        cfg.opt.nesterov = true;
-    }
-    if (cfg.local && zps_opt_config_check(&cfg.opt, why, sizeof(why)) != 0) {
+    if (cfg.local && zps_opt_flags_finish(&optf, why, sizeof(why)) != 0) {
         rc = bad_usage(why);
         goto out;
     }
+    cfg.opt = optf.cfg;
     if (!have_straggler_seed)
         sc->seed = cfg.seed;
     if (zps_straggler_check(sc, why, sizeof(why)) != 0) {
@@ -486,7 +390,7 @@ int main(int argc, char **argv)
     else
         snprintf(tag, sizeof(tag), "worker %u", cfg.rank);
     zps_log_set_tag(tag);
-    if (!cfg.local && opt_flags)
+    if (!cfg.local && optf.any)
         zps_warn("optimizer flags are ignored without --local: the servers apply their own");
     char desc[256];
     uint32_t me = cfg.local ? 0 : cfg.rank;
