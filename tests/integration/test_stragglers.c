@@ -96,6 +96,7 @@ static double num(const zps_json_t *o, const char *key)
 typedef struct delay_check {
     size_t n;
     double sum_abs, max_abs;
+    size_t off; /* steps whose measured delay is more than 5 ms from the asked one */
     double pause_at_20, pause_elsewhere, fixed_min, fixed_max;
     double work_sum; /* step - pull - push: compute, padding and delay, measured */
     size_t work_n;
@@ -110,6 +111,7 @@ static void check_step(const zps_json_t *s, void *arg)
     c->sum_abs += diff;
     if (diff > c->max_abs)
         c->max_abs = diff;
+    c->off += diff > 5.0;
     c->n++;
     double clock = num(s, "clock");
     if (clock == 20)
@@ -135,11 +137,12 @@ static delay_check_t check_worker(const run_t *r, int rank)
     memset(&c, 0, sizeof(c));
     assert_int_equal(lu_each_step(path, check_step, &c), CLOCKS);
     /* Sleeps overshoot by scheduler latency: tenths of a millisecond on an
-     * idle machine, a few on a busy one. */
-    if (!(c.sum_abs / (double)c.n < 1.5 && c.max_abs < 20))
+     * idle machine, a few on a busy one, and now and then tens when the
+     * cores are taken. The mean must stay close; outliers must stay rare. */
+    if (!(c.sum_abs / (double)c.n < 1.5 && c.off * 20 <= c.n))
         fail_msg("worker %d: measured delays differ from the asked ones by %.3f ms on average, "
-                 "%.3f at most",
-                 rank, c.sum_abs / (double)c.n, c.max_abs);
+                 "%.3f at most, by more than 5 ms in %zu of %zu steps",
+                 rank, c.sum_abs / (double)c.n, c.max_abs, c.off, c.n);
     return c;
 }
 
