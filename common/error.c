@@ -3,6 +3,9 @@
  */
 #include "error.h"
 
+#include <stdarg.h>
+#include <stdio.h>
+
 const char *zps_strerror(int err)
 {
     switch (err) {
@@ -25,4 +28,14 @@ const char *zps_errname(int err)
 #undef ZPS_ERROR_NAME
     }
     return "ZPS_E?";
+}
+
+void zps_set_reason(char *why, size_t size, const char *fmt, ...)
+{
+    if (!why || size == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, size, fmt, ap);
+    va_end(ap);
 }

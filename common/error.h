@@ -56,6 +56,14 @@ const char *zps_strerror(int err);
 const char *zps_errname(int err);
 
 /*
+ * Writes a printf-formatted reason into why[size] for a caller that asked
+ * for one; does nothing when why is NULL or size is 0. The companion of
+ * every function that returns a ZPS_E* code with a "why" buffer.
+ */
+void zps_set_reason(char *why, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/*
  * ZPS_ASSERT checks an invariant of zps's own code. It stays on in release
  * builds. It is never used for input from a peer, a file or a flag: those
  * are errors returned to the caller.

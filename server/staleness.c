@@ -7,7 +7,6 @@
  */
 #include "staleness.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,26 +158,16 @@ static uint32_t step_quorum(const zps_staleness_t *st)
     return need ? need : 1;
 }
 
-__attribute__((format(printf, 3, 4))) static void fail(char *why, size_t why_size,
-                                                        const char *fmt, ...)
-{
-    if (!why)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, why_size, fmt, ap);
-    va_end(ap);
-}
 
 int zps_stale_push(zps_staleness_t *st, uint32_t w, uint64_t t, uint64_t based_on,
                    zps_push_decision_t *out, char *why, size_t why_size)
 {
     if (w >= st->cfg.workers) {
-        fail(why, why_size, "worker %u is not in [0, %u)", w, st->cfg.workers);
+        zps_set_reason(why, why_size, "worker %u is not in [0, %u)", w, st->cfg.workers);
         return ZPS_EWORKER;
     }
     if (!st->initialized) {
-        fail(why, why_size, "push at clock %llu before the model was initialised",
+        zps_set_reason(why, why_size, "push at clock %llu before the model was initialised",
              (unsigned long long)t);
         return ZPS_ENOTINIT;
     }
@@ -188,7 +177,7 @@ int zps_stale_push(zps_staleness_t *st, uint32_t w, uint64_t t, uint64_t based_o
         return 0;
     }
     if (t > st->pushed[w]) {
-        fail(why, why_size, "push at clock %llu skips ahead: the next clock expected is %llu",
+        zps_set_reason(why, why_size, "push at clock %llu skips ahead: the next clock expected is %llu",
              (unsigned long long)t, (unsigned long long)st->pushed[w]);
         return ZPS_ECLOCK;
     }
@@ -203,7 +192,7 @@ int zps_stale_push(zps_staleness_t *st, uint32_t w, uint64_t t, uint64_t based_o
 
     /* BSP: the step being collected is the one for clock v. */
     if (t > st->version) {
-        fail(why, why_size,
+        zps_set_reason(why, why_size,
              "push at clock %llu before the model for that clock exists (version %llu)",
              (unsigned long long)t, (unsigned long long)st->version);
         return ZPS_ECLOCK;
@@ -275,12 +264,12 @@ int zps_stale_pull(zps_staleness_t *st, int32_t w, uint64_t t, uint64_t request_
                    size_t why_size)
 {
     if (w < -1 || (w >= 0 && (uint32_t)w >= st->cfg.workers)) {
-        fail(why, why_size, "worker %d is not in [0, %u) (or -1 for an observer)", w,
+        zps_set_reason(why, why_size, "worker %d is not in [0, %u) (or -1 for an observer)", w,
              st->cfg.workers);
         return ZPS_EWORKER;
     }
     if (w >= 0 && t > st->pushed[w]) {
-        fail(why, why_size,
+        zps_set_reason(why, why_size,
              "pull for clock %llu skips ahead: this worker's next push is for clock %llu",
              (unsigned long long)t, (unsigned long long)st->pushed[w]);
         return ZPS_ECLOCK;
@@ -299,7 +288,7 @@ int zps_stale_pull(zps_staleness_t *st, int32_t w, uint64_t t, uint64_t request_
     }
     uint32_t pool = pool_of(st, w);
     if (st->waiting_per[pool] >= st->cfg.max_pending) {
-        fail(why, why_size, "%u pulls of this worker are already waiting (the limit)",
+        zps_set_reason(why, why_size, "%u pulls of this worker are already waiting (the limit)",
              st->waiting_per[pool]);
         return ZPS_EBUSY;
     }

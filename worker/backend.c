@@ -31,18 +31,6 @@ static const zps_backend_ops_t *const registry[] = {
 };
 #define REGISTRY_SIZE (sizeof(registry) / sizeof(registry[0]))
 
-static void set_err(char *err, size_t size, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t size, const char *fmt, ...)
-{
-    if (!err || size == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, size, fmt, ap);
-    va_end(ap);
-}
 
 void zps_backend_opts_default(zps_backend_opts_t *o)
 {
@@ -56,7 +44,7 @@ static int create_with(const zps_backend_ops_t *ops, const zps_model_t *m,
 {
     zps_backend_t *be = calloc(1, sizeof(*be));
     if (!be) {
-        set_err(err, err_size, "out of memory");
+        zps_set_reason(err, err_size, "out of memory");
         return ZPS_ENOMEM;
     }
     int rc = ops->create(m, o, &be->ctx, &be->params, &be->grad, err, err_size);
@@ -75,11 +63,11 @@ int zps_backend_new(const char *name, const zps_model_t *m, const zps_backend_op
                     zps_backend_t **out, char *err, size_t err_size)
 {
     if (!name || !m || !o || !out) {
-        set_err(err, err_size, "missing argument");
+        zps_set_reason(err, err_size, "missing argument");
         return ZPS_EINVAL;
     }
     if (o->max_batch == 0 || o->max_batch > (1u << 24) || o->blas_threads < 1 || o->device < 0) {
-        set_err(err, err_size, "bad backend options (max_batch %zu, blas_threads %d, device %d)",
+        zps_set_reason(err, err_size, "bad backend options (max_batch %zu, blas_threads %d, device %d)",
                 o->max_batch, o->blas_threads, o->device);
         return ZPS_EINVAL;
     }
@@ -93,22 +81,22 @@ int zps_backend_new(const char *name, const zps_model_t *m, const zps_backend_op
                 return 0;
             }
             if (rc != ZPS_ENODEV) {
-                set_err(err, err_size, "%s", why);
+                zps_set_reason(err, err_size, "%s", why);
                 return rc;
             }
             zps_info("backend auto: %s unusable (%s); trying the next", registry[i]->name, why);
         }
-        set_err(err, err_size, "no backend usable");
+        zps_set_reason(err, err_size, "no backend usable");
         return ZPS_ENODEV;
     }
     for (size_t i = 0; i < REGISTRY_SIZE; i++)
         if (strcmp(name, registry[i]->name) == 0)
             return create_with(registry[i], m, o, out, err, err_size);
     if (strcmp(name, "cuda") == 0) {
-        set_err(err, err_size, "cuda: this zps-worker was built without CUDA (nvcc not found)");
+        zps_set_reason(err, err_size, "cuda: this zps-worker was built without CUDA (nvcc not found)");
         return ZPS_ENODEV;
     }
-    set_err(err, err_size, "unknown backend '%s' (cpu, cuda or auto)", name);
+    zps_set_reason(err, err_size, "unknown backend '%s' (cpu, cuda or auto)", name);
     return ZPS_EINVAL;
 }
 

@@ -24,18 +24,6 @@
 /* The largest IDX tensor we accept: 16 GiB of bytes is far beyond any set we use. */
 #define IDX_MAX_BYTES (1ull << 34)
 
-static void set_err(char *err, size_t size, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t size, const char *fmt, ...)
-{
-    if (!err || size == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, size, fmt, ap);
-    va_end(ap);
-}
 
 void zps_dataset_fini(zps_dataset_t *ds)
 {
@@ -96,7 +84,7 @@ int zps_idx_read(const char *path, zps_idx_t *out, char *err, size_t err_size)
     errno = 0;
     gzFile f = gzopen(path, "rb");
     if (!f) {
-        set_err(err, err_size, "%s: cannot open: %s", path,
+        zps_set_reason(err, err_size, "%s: cannot open: %s", path,
                 errno ? strerror(errno) : "out of memory");
         return errno ? ZPS_EIO : ZPS_ENOMEM;
     }
@@ -105,32 +93,32 @@ int zps_idx_read(const char *path, zps_idx_t *out, char *err, size_t err_size)
     size_t got;
     rc = gz_read_all(f, head, 4, &got);
     if (rc == -1) {
-        set_err(err, err_size, "%s: read error: %s", path, gz_why(f));
+        zps_set_reason(err, err_size, "%s: read error: %s", path, gz_why(f));
         rc = ZPS_EIO;
         goto fail;
     }
     if (rc != 0 || got < 4) {
-        set_err(err, err_size, "%s: truncated or not gzip: %zu of 4 header bytes (%s)", path, got,
+        zps_set_reason(err, err_size, "%s: truncated or not gzip: %zu of 4 header bytes (%s)", path, got,
                 gz_why(f));
         rc = ZPS_ECORRUPT;
         goto fail;
     }
     if (head[0] != 0 || head[1] != 0) {
-        set_err(err, err_size,
+        zps_set_reason(err, err_size,
                 "%s: bad magic %02x %02x %02x %02x: not an IDX file (expected 00 00 08 <ndims>)",
                 path, head[0], head[1], head[2], head[3]);
         rc = ZPS_EDATA;
         goto fail;
     }
     if (head[2] != 0x08) {
-        set_err(err, err_size, "%s: IDX type 0x%02x is not supported (only unsigned bytes, 0x08)",
+        zps_set_reason(err, err_size, "%s: IDX type 0x%02x is not supported (only unsigned bytes, 0x08)",
                 path, head[2]);
         rc = ZPS_EDATA;
         goto fail;
     }
     uint32_t ndims = head[3];
     if (ndims < 1 || ndims > 4) {
-        set_err(err, err_size, "%s: IDX rank %u is not supported (1 to 4)", path, ndims);
+        zps_set_reason(err, err_size, "%s: IDX rank %u is not supported (1 to 4)", path, ndims);
         rc = ZPS_EDATA;
         goto fail;
     }
@@ -138,7 +126,7 @@ int zps_idx_read(const char *path, zps_idx_t *out, char *err, size_t err_size)
     unsigned char dimbuf[16];
     rc = gz_read_all(f, dimbuf, 4 * ndims, &got);
     if (rc != 0 || got < 4 * ndims) {
-        set_err(err, err_size, "%s: truncated header: %zu of %u dimension bytes (%s)", path, got,
+        zps_set_reason(err, err_size, "%s: truncated header: %zu of %u dimension bytes (%s)", path, got,
                 4 * ndims, gz_why(f));
         rc = rc == -1 ? ZPS_EIO : ZPS_ECORRUPT;
         goto fail;
@@ -149,13 +137,13 @@ int zps_idx_read(const char *path, zps_idx_t *out, char *err, size_t err_size)
         const unsigned char *d = dimbuf + 4 * i;
         idx.dims[i] = (uint32_t)d[0] << 24 | (uint32_t)d[1] << 16 | (uint32_t)d[2] << 8 | d[3];
         if (idx.dims[i] == 0) {
-            set_err(err, err_size, "%s: dimension %u is zero", path, i);
+            zps_set_reason(err, err_size, "%s: dimension %u is zero", path, i);
             rc = ZPS_EDATA;
             goto fail;
         }
         count *= idx.dims[i];
         if (count > IDX_MAX_BYTES) {
-            set_err(err, err_size, "%s: dimensions too large (more than %llu elements)", path,
+            zps_set_reason(err, err_size, "%s: dimensions too large (more than %llu elements)", path,
                     (unsigned long long)IDX_MAX_BYTES);
             rc = ZPS_EDATA;
             goto fail;
@@ -164,18 +152,18 @@ int zps_idx_read(const char *path, zps_idx_t *out, char *err, size_t err_size)
 
     data = malloc(count);
     if (!data) {
-        set_err(err, err_size, "%s: out of memory for %llu bytes", path, (unsigned long long)count);
+        zps_set_reason(err, err_size, "%s: out of memory for %llu bytes", path, (unsigned long long)count);
         rc = ZPS_ENOMEM;
         goto fail;
     }
     rc = gz_read_all(f, data, count, &got);
     if (rc == -1) {
-        set_err(err, err_size, "%s: read error: %s", path, gz_why(f));
+        zps_set_reason(err, err_size, "%s: read error: %s", path, gz_why(f));
         rc = ZPS_EIO;
         goto fail;
     }
     if (rc != 0 || got < count) {
-        set_err(err, err_size, "%s: truncated: expected %llu data bytes, got %zu (%s)", path,
+        zps_set_reason(err, err_size, "%s: truncated: expected %llu data bytes, got %zu (%s)", path,
                 (unsigned long long)count, got, gz_why(f));
         rc = ZPS_ECORRUPT;
         goto fail;
@@ -185,12 +173,12 @@ int zps_idx_read(const char *path, zps_idx_t *out, char *err, size_t err_size)
     unsigned char extra;
     rc = gz_read_all(f, &extra, 1, &got);
     if (rc != 0) {
-        set_err(err, err_size, "%s: corrupt gzip stream after the data: %s", path, gz_why(f));
+        zps_set_reason(err, err_size, "%s: corrupt gzip stream after the data: %s", path, gz_why(f));
         rc = rc == -1 ? ZPS_EIO : ZPS_ECORRUPT;
         goto fail;
     }
     if (got != 0) {
-        set_err(err, err_size, "%s: trailing bytes after %llu data bytes (dimensions wrong?)", path,
+        zps_set_reason(err, err_size, "%s: trailing bytes after %llu data bytes (dimensions wrong?)", path,
                 (unsigned long long)count);
         rc = ZPS_EDATA;
         goto fail;
@@ -219,26 +207,26 @@ int zps_dataset_load_idx(const char *images_path, const char *labels_path, uint3
     if (rc)
         goto fail;
     if (img.ndims != 3) {
-        set_err(err, err_size, "%s: images must have 3 dimensions [N, rows, cols], found %u",
+        zps_set_reason(err, err_size, "%s: images must have 3 dimensions [N, rows, cols], found %u",
                 images_path, img.ndims);
         rc = ZPS_EDATA;
         goto fail;
     }
     if (lab.ndims != 1) {
-        set_err(err, err_size, "%s: labels must have 1 dimension [N], found %u", labels_path,
+        zps_set_reason(err, err_size, "%s: labels must have 1 dimension [N], found %u", labels_path,
                 lab.ndims);
         rc = ZPS_EDATA;
         goto fail;
     }
     if (img.dims[0] != lab.dims[0]) {
-        set_err(err, err_size, "%s has %u labels but %s has %u images", labels_path, lab.dims[0],
+        zps_set_reason(err, err_size, "%s has %u labels but %s has %u images", labels_path, lab.dims[0],
                 images_path, img.dims[0]);
         rc = ZPS_EDATA;
         goto fail;
     }
     for (uint32_t i = 0; i < lab.dims[0]; i++) {
         if (lab.data[i] >= classes) {
-            set_err(err, err_size, "%s: label %u of example %u is out of range [0, %u)",
+            zps_set_reason(err, err_size, "%s: label %u of example %u is out of range [0, %u)",
                     labels_path, lab.data[i], i, classes);
             rc = ZPS_EDATA;
             goto fail;
@@ -251,7 +239,7 @@ int zps_dataset_load_idx(const char *images_path, const char *labels_path, uint3
     ds.x = malloc(img.count * sizeof(float));
     ds.label = malloc(ds.n * sizeof(int32_t));
     if (!ds.x || !ds.label) {
-        set_err(err, err_size, "%s: out of memory", images_path);
+        zps_set_reason(err, err_size, "%s: out of memory", images_path);
         rc = ZPS_ENOMEM;
         goto fail;
     }
@@ -275,14 +263,14 @@ int zps_dataset_load_fashion_mnist(const char *dir, const char *split, zps_datas
                                    char *err, size_t err_size)
 {
     if (strcmp(split, "train") != 0 && strcmp(split, "t10k") != 0) {
-        set_err(err, err_size, "unknown Fashion-MNIST split '%s' (train or t10k)", split);
+        zps_set_reason(err, err_size, "unknown Fashion-MNIST split '%s' (train or t10k)", split);
         return ZPS_EINVAL;
     }
     char images[PATH_MAX], labels[PATH_MAX];
     int a = snprintf(images, sizeof(images), "%s/%s-images-idx3-ubyte.gz", dir, split);
     int b = snprintf(labels, sizeof(labels), "%s/%s-labels-idx1-ubyte.gz", dir, split);
     if (a < 0 || b < 0 || (size_t)a >= sizeof(images) || (size_t)b >= sizeof(labels)) {
-        set_err(err, err_size, "data directory path too long: %s", dir);
+        zps_set_reason(err, err_size, "data directory path too long: %s", dir);
         return ZPS_EINVAL;
     }
     return zps_dataset_load_idx(images, labels, 10, out, err, err_size);
@@ -343,7 +331,7 @@ static int parse_synth_opts(const char *text, zps_synth_opts_t *o, char *err, si
     char **items = NULL;
     size_t count = 0;
     if (zps_parse_list(text, &items, &count) != 0) {
-        set_err(err, err_size, "synthetic: cannot parse options '%s'", text);
+        zps_set_reason(err, err_size, "synthetic: cannot parse options '%s'", text);
         return ZPS_EINVAL;
     }
     int rc = 0;
@@ -371,7 +359,7 @@ static int parse_synth_opts(const char *text, zps_synth_opts_t *o, char *err, si
             rc = ZPS_EINVAL;
     }
     if (rc)
-        set_err(err, err_size,
+        zps_set_reason(err, err_size,
                 "synthetic: bad option in '%s' (expected n=N,test=M,dim=D,noise=S,seed=X with "
                 "N, M, D >= 1 and S >= 0)",
                 text);
@@ -403,11 +391,11 @@ int zps_dataset_open(const char *spec, const char *dir, uint64_t seed, zps_datas
             rc = zps_dataset_synthetic_linear(&o, true, &te);
         if (rc) {
             zps_dataset_fini(&tr);
-            set_err(err, err_size, "synthetic: %s", zps_strerror(rc));
+            zps_set_reason(err, err_size, "synthetic: %s", zps_strerror(rc));
             return rc;
         }
     } else {
-        set_err(err, err_size, "unknown data set '%s' (fashion-mnist or synthetic[:options])",
+        zps_set_reason(err, err_size, "unknown data set '%s' (fashion-mnist or synthetic[:options])",
                 spec);
         return ZPS_EINVAL;
     }

@@ -15,18 +15,6 @@
 
 #define INIT_STREAM 0x494e495448450000ull /* "INITHE" */
 
-static void set_err(char *err, size_t size, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t size, const char *fmt, ...)
-{
-    if (!err || size == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, size, fmt, ap);
-    va_end(ap);
-}
 
 /* Parses one layer width from [s, end). */
 static int parse_width(const char *s, size_t len, uint32_t *out)
@@ -60,13 +48,13 @@ int zps_model_parse(const char *spec, zps_model_t *out, char *err, size_t err_si
     zps_model_t m;
     memset(&m, 0, sizeof(m));
     if (!spec) {
-        set_err(err, err_size, "no model spec");
+        zps_set_reason(err, err_size, "no model spec");
         return ZPS_EINVAL;
     }
     if (strncmp(spec, "linear:", 7) == 0) {
         uint32_t d;
         if (parse_width(spec + 7, strlen(spec + 7), &d) != 0) {
-            set_err(err, err_size, "model '%s': expected linear:D with D in [1, %u]", spec,
+            zps_set_reason(err, err_size, "model '%s': expected linear:D with D in [1, %u]", spec,
                     ZPS_MODEL_MAX_WIDTH);
             return ZPS_EINVAL;
         }
@@ -82,12 +70,12 @@ int zps_model_parse(const char *spec, zps_model_t *out, char *err, size_t err_si
             const char *dash = strchr(p, '-');
             size_t len = dash ? (size_t)(dash - p) : strlen(p);
             if (count > ZPS_MODEL_MAX_LAYERS) {
-                set_err(err, err_size, "model '%s': more than %d layers", spec,
+                zps_set_reason(err, err_size, "model '%s': more than %d layers", spec,
                         ZPS_MODEL_MAX_LAYERS);
                 return ZPS_EINVAL;
             }
             if (parse_width(p, len, &m.sizes[count]) != 0) {
-                set_err(err, err_size,
+                zps_set_reason(err, err_size,
                         "model '%s': layer sizes must be integers in [1, %u] joined by '-'", spec,
                         ZPS_MODEL_MAX_WIDTH);
                 return ZPS_EINVAL;
@@ -98,21 +86,21 @@ int zps_model_parse(const char *spec, zps_model_t *out, char *err, size_t err_si
             p = dash + 1;
         }
         if (count < 2) {
-            set_err(err, err_size, "model '%s': needs at least an input and an output size", spec);
+            zps_set_reason(err, err_size, "model '%s': needs at least an input and an output size", spec);
             return ZPS_EINVAL;
         }
         if (m.sizes[count - 1] < 2) {
-            set_err(err, err_size, "model '%s': softmax needs at least 2 outputs", spec);
+            zps_set_reason(err, err_size, "model '%s': softmax needs at least 2 outputs", spec);
             return ZPS_EINVAL;
         }
         m.layers = count - 1;
     } else {
-        set_err(err, err_size, "unknown model '%s' (mlp:I-H...-O or linear:D)", spec);
+        zps_set_reason(err, err_size, "unknown model '%s' (mlp:I-H...-O or linear:D)", spec);
         return ZPS_EINVAL;
     }
     layout(&m);
     if (m.nparams > (1ull << 34)) {
-        set_err(err, err_size, "model '%s': %llu parameters is too many", spec,
+        zps_set_reason(err, err_size, "model '%s': %llu parameters is too many", spec,
                 (unsigned long long)m.nparams);
         return ZPS_EINVAL;
     }
@@ -189,22 +177,22 @@ int zps_model_check_data(const zps_model_t *m, const zps_dataset_t *ds, char *er
     char spec[256];
     zps_model_format(m, spec, sizeof(spec));
     if (ds->dim != m->sizes[0]) {
-        set_err(err, err_size, "model %s takes %u inputs but the data has %u features", spec,
+        zps_set_reason(err, err_size, "model %s takes %u inputs but the data has %u features", spec,
                 m->sizes[0], ds->dim);
         return ZPS_EINVAL;
     }
     if (m->kind == ZPS_MODEL_MLP) {
         if (ds->classes == 0 || !ds->label) {
-            set_err(err, err_size, "model %s needs labelled data (a classification set)", spec);
+            zps_set_reason(err, err_size, "model %s needs labelled data (a classification set)", spec);
             return ZPS_EINVAL;
         }
         if (ds->classes != m->sizes[m->layers]) {
-            set_err(err, err_size, "model %s has %u outputs but the data has %u classes", spec,
+            zps_set_reason(err, err_size, "model %s has %u outputs but the data has %u classes", spec,
                     m->sizes[m->layers], ds->classes);
             return ZPS_EINVAL;
         }
     } else if (!ds->target) {
-        set_err(err, err_size, "model %s needs regression targets (data 'synthetic')", spec);
+        zps_set_reason(err, err_size, "model %s needs regression targets (data 'synthetic')", spec);
         return ZPS_EINVAL;
     }
     return 0;

@@ -15,10 +15,10 @@
 
 #include "error.h"
 #include "json.h"
+#include "stats.h"
 #include "strbuf.h"
 
 /* Server staleness histograms: exact counts for 0..63, then one overflow bucket. */
-#define HIST_EXACT 64
 /* The progress line's rates cover this many seconds. */
 #define LIVE_WINDOW_S 5.0
 
@@ -228,13 +228,18 @@ int zps_runstats_add_server(zps_runstats_t *rs, uint32_t shard, const char *json
 
 /* ---- staleness: the servers' histograms summed over shards ---- */
 
+/* The servers' histograms summed; counting and quantiles are server/stats.c's. */
 typedef struct hist {
-    uint64_t counts[HIST_EXACT + 1]; /* the last one: >= HIST_EXACT */
-    uint64_t n;
-    uint64_t max;
-    double sum;
+    zps_vhist_t v;
+    double sum; /* mean x count per server: the servers report means */
     bool have;
 } hist_t;
+
+/* Samples in bucket b: b < ZPS_VHIST_EXACT, or the overflow bucket when b == ZPS_VHIST_EXACT. */
+static uint64_t hist_count(const hist_t *h, int b)
+{
+    return b < ZPS_VHIST_EXACT ? h->v.counts[b] : h->v.overflow;
+}
 
 static void merge_servers(const zps_runstats_t *rs, hist_t *h)
 {
@@ -247,36 +252,21 @@ static void merge_servers(const zps_runstats_t *rs, hist_t *h)
         double n = num0(st, "count");
         h->sum += num0(st, "mean") * n;
         uint64_t mx = (uint64_t)num0(st, "max");
-        if (mx > h->max)
-            h->max = mx;
+        if (mx > h->v.max)
+            h->v.max = mx;
         const zps_json_t *hist = zps_json_get(st, "histogram");
         for (size_t i = 0; hist && hist->type == ZPS_JSON_OBJECT && i < hist->count; i++) {
             uint64_t c = (uint64_t)zps_json_number(&hist->items[i], 0);
             const char *k = hist->keys[i];
             char *end;
             unsigned long v = strtoul(k, &end, 10);
-            size_t b = (*k >= '0' && *k <= '9' && *end == '\0' && v < HIST_EXACT) ? v : HIST_EXACT;
-            h->counts[b] += c;
-            h->n += c;
+            if (*k >= '0' && *k <= '9' && *end == '\0' && v < ZPS_VHIST_EXACT)
+                h->v.counts[v] += c;
+            else
+                h->v.overflow += c;
+            h->v.n += c;
         }
     }
-}
-
-/* The smallest v with at least q of the samples <= v (stats.h's rule); max for overflow. */
-static uint64_t hist_quantile(const hist_t *h, double q)
-{
-    if (h->n == 0)
-        return 0;
-    uint64_t need = (uint64_t)(q * (double)h->n);
-    if (need < 1)
-        need = 1;
-    uint64_t seen = 0;
-    for (uint64_t v = 0; v < HIST_EXACT; v++) {
-        seen += h->counts[v];
-        if (seen >= need)
-            return v;
-    }
-    return h->max;
 }
 
 /* ---- the training span ---- */
@@ -415,10 +405,10 @@ void zps_runstats_live(const zps_runstats_t *rs, double now, zps_runstats_live_t
     }
     hist_t h;
     merge_servers(rs, &h);
-    if (h.have && h.n) {
+    if (h.have && h.v.n) {
         out->have_staleness = true;
-        out->staleness_p50 = hist_quantile(&h, 0.5);
-        out->staleness_max = h.max;
+        out->staleness_p50 = zps_vhist_quantile(&h.v, 0.5);
+        out->staleness_max = h.v.max;
     }
 }
 
@@ -608,18 +598,20 @@ char *zps_runstats_summary(const zps_runstats_t *rs, const zps_run_info_t *in)
         zps_strbuf_printf(&b,
                           "{\"count\": %llu, \"p50\": %llu, \"p99\": %llu, \"max\": %llu, "
                           "\"mean\": %.4f, \"histogram\": {",
-                          (unsigned long long)h.n, (unsigned long long)hist_quantile(&h, 0.5),
-                          (unsigned long long)hist_quantile(&h, 0.99), (unsigned long long)h.max,
-                          h.n ? h.sum / (double)h.n : 0.0);
+                          (unsigned long long)h.v.n,
+                          (unsigned long long)zps_vhist_quantile(&h.v, 0.5),
+                          (unsigned long long)zps_vhist_quantile(&h.v, 0.99),
+                          (unsigned long long)h.v.max, h.v.n ? h.sum / (double)h.v.n : 0.0);
         const char *sep = "";
-        for (int v = 0; v <= HIST_EXACT; v++) {
-            if (!h.counts[v])
+        for (int v = 0; v <= ZPS_VHIST_EXACT; v++) {
+            if (!hist_count(&h, v))
                 continue;
-            if (v < HIST_EXACT)
-                zps_strbuf_printf(&b, "%s\"%d\": %llu", sep, v, (unsigned long long)h.counts[v]);
+            if (v < ZPS_VHIST_EXACT)
+                zps_strbuf_printf(&b, "%s\"%d\": %llu", sep, v,
+                                  (unsigned long long)hist_count(&h, v));
             else
-                zps_strbuf_printf(&b, "%s\">=%d\": %llu", sep, HIST_EXACT,
-                                  (unsigned long long)h.counts[v]);
+                zps_strbuf_printf(&b, "%s\">=%d\": %llu", sep, ZPS_VHIST_EXACT,
+                                  (unsigned long long)hist_count(&h, v));
             sep = ", ";
         }
         zps_strbuf_printf(&b, "}},\n");
@@ -727,9 +719,9 @@ static int write_summary_row(const zps_runstats_t *rs, const zps_run_info_t *in,
     tsv_num(f, in->wall_seconds, 3);
     tsv_num(f, res.examples_per_second, 1);
     tsv_num(f, step > 0 ? pull / step : NAN, 4);
-    tsv_num(f, h.have && h.n ? (double)hist_quantile(&h, 0.5) : NAN, 0);
-    tsv_num(f, h.have && h.n ? (double)hist_quantile(&h, 0.99) : NAN, 0);
-    tsv_num(f, h.have && h.n ? (double)h.max : NAN, 0);
+    tsv_num(f, h.have && h.v.n ? (double)zps_vhist_quantile(&h.v, 0.5) : NAN, 0);
+    tsv_num(f, h.have && h.v.n ? (double)zps_vhist_quantile(&h.v, 0.99) : NAN, 0);
+    tsv_num(f, h.have && h.v.n ? (double)h.v.max : NAN, 0);
     fprintf(f, "\t%llu", (unsigned long long)dropped);
     for (size_t t = 0; t < in->target_count; t++) {
         double found = NAN;
@@ -780,10 +772,10 @@ int zps_runstats_write_tables(const zps_runstats_t *rs, const zps_run_info_t *in
     hist_t h;
     merge_servers(rs, &h);
     f = open_table(dir, "staleness.tsv", "staleness\tcount\tshare");
-    for (int v = 0; f && v <= HIST_EXACT; v++)
-        if (h.counts[v])
-            fprintf(f, "%d\t%llu\t%.6f\n", v, (unsigned long long)h.counts[v],
-                    (double)h.counts[v] / (double)h.n);
+    for (int v = 0; f && v <= ZPS_VHIST_EXACT; v++)
+        if (hist_count(&h, v))
+            fprintf(f, "%d\t%llu\t%.6f\n", v, (unsigned long long)hist_count(&h, v),
+                    (double)hist_count(&h, v) / (double)h.v.n);
     if (close_table(f))
         rc = ZPS_EIO;
 
