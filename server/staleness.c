@@ -58,8 +58,7 @@ const char *zps_mode_name(zps_mode_t mode)
     return (unsigned)mode < 3 ? mode_names[mode] : "?";
 }
 
-int zps_stale_new(const zps_stale_config_t *cfg, zps_staleness_t **out, char *why,
-                  size_t why_size)
+int zps_stale_new(const zps_stale_config_t *cfg, zps_staleness_t **out, char *why, size_t why_size)
 {
     const char *bad = NULL;
     if (cfg->workers < 1 || cfg->workers > 65536)
@@ -158,7 +157,6 @@ static uint32_t step_quorum(const zps_staleness_t *st)
     return need ? need : 1;
 }
 
-
 int zps_stale_push(zps_staleness_t *st, uint32_t w, uint64_t t, uint64_t based_on,
                    zps_push_decision_t *out, char *why, size_t why_size)
 {
@@ -168,7 +166,7 @@ int zps_stale_push(zps_staleness_t *st, uint32_t w, uint64_t t, uint64_t based_o
     }
     if (!st->initialized) {
         zps_set_reason(why, why_size, "push at clock %llu before the model was initialised",
-             (unsigned long long)t);
+                       (unsigned long long)t);
         return ZPS_ENOTINIT;
     }
     if (t < st->pushed[w]) {
@@ -177,8 +175,9 @@ int zps_stale_push(zps_staleness_t *st, uint32_t w, uint64_t t, uint64_t based_o
         return 0;
     }
     if (t > st->pushed[w]) {
-        zps_set_reason(why, why_size, "push at clock %llu skips ahead: the next clock expected is %llu",
-             (unsigned long long)t, (unsigned long long)st->pushed[w]);
+        zps_set_reason(why, why_size,
+                       "push at clock %llu skips ahead: the next clock expected is %llu",
+                       (unsigned long long)t, (unsigned long long)st->pushed[w]);
         return ZPS_ECLOCK;
     }
 
@@ -193,8 +192,8 @@ int zps_stale_push(zps_staleness_t *st, uint32_t w, uint64_t t, uint64_t based_o
     /* BSP: the step being collected is the one for clock v. */
     if (t > st->version) {
         zps_set_reason(why, why_size,
-             "push at clock %llu before the model for that clock exists (version %llu)",
-             (unsigned long long)t, (unsigned long long)st->version);
+                       "push at clock %llu before the model for that clock exists (version %llu)",
+                       (unsigned long long)t, (unsigned long long)st->version);
         return ZPS_ECLOCK;
     }
     st->pushed[w] = t + 1;
@@ -259,19 +258,18 @@ static uint32_t pool_of(const zps_staleness_t *st, int32_t w)
     return w < 0 ? st->cfg.workers : (uint32_t)w;
 }
 
-int zps_stale_pull(zps_staleness_t *st, int32_t w, uint64_t t, uint64_t request_id,
-                   uint64_t token, zps_pull_result_t *out, uint64_t *existing, char *why,
-                   size_t why_size)
+int zps_stale_pull(zps_staleness_t *st, int32_t w, uint64_t t, uint64_t request_id, uint64_t token,
+                   zps_pull_result_t *out, uint64_t *existing, char *why, size_t why_size)
 {
     if (w < -1 || (w >= 0 && (uint32_t)w >= st->cfg.workers)) {
         zps_set_reason(why, why_size, "worker %d is not in [0, %u) (or -1 for an observer)", w,
-             st->cfg.workers);
+                       st->cfg.workers);
         return ZPS_EWORKER;
     }
     if (w >= 0 && t > st->pushed[w]) {
         zps_set_reason(why, why_size,
-             "pull for clock %llu skips ahead: this worker's next push is for clock %llu",
-             (unsigned long long)t, (unsigned long long)st->pushed[w]);
+                       "pull for clock %llu skips ahead: this worker's next push is for clock %llu",
+                       (unsigned long long)t, (unsigned long long)st->pushed[w]);
         return ZPS_ECLOCK;
     }
     if (pull_ready(st, w, t)) {
@@ -289,7 +287,7 @@ int zps_stale_pull(zps_staleness_t *st, int32_t w, uint64_t t, uint64_t request_
     uint32_t pool = pool_of(st, w);
     if (st->waiting_per[pool] >= st->cfg.max_pending) {
         zps_set_reason(why, why_size, "%u pulls of this worker are already waiting (the limit)",
-             st->waiting_per[pool]);
+                       st->waiting_per[pool]);
         return ZPS_EBUSY;
     }
     ZPS_ASSERT(st->nwaiting < st->cap);

@@ -31,7 +31,6 @@ static const zps_backend_ops_t *const registry[] = {
 };
 #define REGISTRY_SIZE (sizeof(registry) / sizeof(registry[0]))
 
-
 void zps_backend_opts_default(zps_backend_opts_t *o)
 {
     o->max_batch = 256;
@@ -67,8 +66,9 @@ int zps_backend_new(const char *name, const zps_model_t *m, const zps_backend_op
         return ZPS_EINVAL;
     }
     if (o->max_batch == 0 || o->max_batch > (1u << 24) || o->blas_threads < 1 || o->device < 0) {
-        zps_set_reason(err, err_size, "bad backend options (max_batch %zu, blas_threads %d, device %d)",
-                o->max_batch, o->blas_threads, o->device);
+        zps_set_reason(err, err_size,
+                       "bad backend options (max_batch %zu, blas_threads %d, device %d)",
+                       o->max_batch, o->blas_threads, o->device);
         return ZPS_EINVAL;
     }
     if (strcmp(name, "auto") == 0) {
@@ -93,7 +93,8 @@ int zps_backend_new(const char *name, const zps_model_t *m, const zps_backend_op
         if (strcmp(name, registry[i]->name) == 0)
             return create_with(registry[i], m, o, out, err, err_size);
     if (strcmp(name, "cuda") == 0) {
-        zps_set_reason(err, err_size, "cuda: this zps-worker was built without CUDA (nvcc not found)");
+        zps_set_reason(err, err_size,
+                       "cuda: this zps-worker was built without CUDA (nvcc not found)");
         return ZPS_ENODEV;
     }
     zps_set_reason(err, err_size, "unknown backend '%s' (cpu, cuda or auto)", name);

@@ -24,7 +24,6 @@
 /* The largest IDX tensor we accept: 16 GiB of bytes is far beyond any set we use. */
 #define IDX_MAX_BYTES (1ull << 34)
 
-
 void zps_dataset_fini(zps_dataset_t *ds)
 {
     if (!ds)
@@ -85,7 +84,7 @@ int zps_idx_read(const char *path, zps_idx_t *out, char *err, size_t err_size)
     gzFile f = gzopen(path, "rb");
     if (!f) {
         zps_set_reason(err, err_size, "%s: cannot open: %s", path,
-                errno ? strerror(errno) : "out of memory");
+                       errno ? strerror(errno) : "out of memory");
         return errno ? ZPS_EIO : ZPS_ENOMEM;
     }
 
@@ -98,21 +97,23 @@ int zps_idx_read(const char *path, zps_idx_t *out, char *err, size_t err_size)
         goto fail;
     }
     if (rc != 0 || got < 4) {
-        zps_set_reason(err, err_size, "%s: truncated or not gzip: %zu of 4 header bytes (%s)", path, got,
-                gz_why(f));
+        zps_set_reason(err, err_size, "%s: truncated or not gzip: %zu of 4 header bytes (%s)", path,
+                       got, gz_why(f));
         rc = ZPS_ECORRUPT;
         goto fail;
     }
     if (head[0] != 0 || head[1] != 0) {
-        zps_set_reason(err, err_size,
-                "%s: bad magic %02x %02x %02x %02x: not an IDX file (expected 00 00 08 <ndims>)",
-                path, head[0], head[1], head[2], head[3]);
+        zps_set_reason(
+            err, err_size,
+            "%s: bad magic %02x %02x %02x %02x: not an IDX file (expected 00 00 08 <ndims>)", path,
+            head[0], head[1], head[2], head[3]);
         rc = ZPS_EDATA;
         goto fail;
     }
     if (head[2] != 0x08) {
-        zps_set_reason(err, err_size, "%s: IDX type 0x%02x is not supported (only unsigned bytes, 0x08)",
-                path, head[2]);
+        zps_set_reason(err, err_size,
+                       "%s: IDX type 0x%02x is not supported (only unsigned bytes, 0x08)", path,
+                       head[2]);
         rc = ZPS_EDATA;
         goto fail;
     }
@@ -126,8 +127,8 @@ int zps_idx_read(const char *path, zps_idx_t *out, char *err, size_t err_size)
     unsigned char dimbuf[16];
     rc = gz_read_all(f, dimbuf, 4 * ndims, &got);
     if (rc != 0 || got < 4 * ndims) {
-        zps_set_reason(err, err_size, "%s: truncated header: %zu of %u dimension bytes (%s)", path, got,
-                4 * ndims, gz_why(f));
+        zps_set_reason(err, err_size, "%s: truncated header: %zu of %u dimension bytes (%s)", path,
+                       got, 4 * ndims, gz_why(f));
         rc = rc == -1 ? ZPS_EIO : ZPS_ECORRUPT;
         goto fail;
     }
@@ -143,8 +144,8 @@ int zps_idx_read(const char *path, zps_idx_t *out, char *err, size_t err_size)
         }
         count *= idx.dims[i];
         if (count > IDX_MAX_BYTES) {
-            zps_set_reason(err, err_size, "%s: dimensions too large (more than %llu elements)", path,
-                    (unsigned long long)IDX_MAX_BYTES);
+            zps_set_reason(err, err_size, "%s: dimensions too large (more than %llu elements)",
+                           path, (unsigned long long)IDX_MAX_BYTES);
             rc = ZPS_EDATA;
             goto fail;
         }
@@ -152,7 +153,8 @@ int zps_idx_read(const char *path, zps_idx_t *out, char *err, size_t err_size)
 
     data = malloc(count);
     if (!data) {
-        zps_set_reason(err, err_size, "%s: out of memory for %llu bytes", path, (unsigned long long)count);
+        zps_set_reason(err, err_size, "%s: out of memory for %llu bytes", path,
+                       (unsigned long long)count);
         rc = ZPS_ENOMEM;
         goto fail;
     }
@@ -164,7 +166,7 @@ int zps_idx_read(const char *path, zps_idx_t *out, char *err, size_t err_size)
     }
     if (rc != 0 || got < count) {
         zps_set_reason(err, err_size, "%s: truncated: expected %llu data bytes, got %zu (%s)", path,
-                (unsigned long long)count, got, gz_why(f));
+                       (unsigned long long)count, got, gz_why(f));
         rc = ZPS_ECORRUPT;
         goto fail;
     }
@@ -173,13 +175,15 @@ int zps_idx_read(const char *path, zps_idx_t *out, char *err, size_t err_size)
     unsigned char extra;
     rc = gz_read_all(f, &extra, 1, &got);
     if (rc != 0) {
-        zps_set_reason(err, err_size, "%s: corrupt gzip stream after the data: %s", path, gz_why(f));
+        zps_set_reason(err, err_size, "%s: corrupt gzip stream after the data: %s", path,
+                       gz_why(f));
         rc = rc == -1 ? ZPS_EIO : ZPS_ECORRUPT;
         goto fail;
     }
     if (got != 0) {
-        zps_set_reason(err, err_size, "%s: trailing bytes after %llu data bytes (dimensions wrong?)", path,
-                (unsigned long long)count);
+        zps_set_reason(err, err_size,
+                       "%s: trailing bytes after %llu data bytes (dimensions wrong?)", path,
+                       (unsigned long long)count);
         rc = ZPS_EDATA;
         goto fail;
     }
@@ -208,26 +212,26 @@ int zps_dataset_load_idx(const char *images_path, const char *labels_path, uint3
         goto fail;
     if (img.ndims != 3) {
         zps_set_reason(err, err_size, "%s: images must have 3 dimensions [N, rows, cols], found %u",
-                images_path, img.ndims);
+                       images_path, img.ndims);
         rc = ZPS_EDATA;
         goto fail;
     }
     if (lab.ndims != 1) {
         zps_set_reason(err, err_size, "%s: labels must have 1 dimension [N], found %u", labels_path,
-                lab.ndims);
+                       lab.ndims);
         rc = ZPS_EDATA;
         goto fail;
     }
     if (img.dims[0] != lab.dims[0]) {
-        zps_set_reason(err, err_size, "%s has %u labels but %s has %u images", labels_path, lab.dims[0],
-                images_path, img.dims[0]);
+        zps_set_reason(err, err_size, "%s has %u labels but %s has %u images", labels_path,
+                       lab.dims[0], images_path, img.dims[0]);
         rc = ZPS_EDATA;
         goto fail;
     }
     for (uint32_t i = 0; i < lab.dims[0]; i++) {
         if (lab.data[i] >= classes) {
             zps_set_reason(err, err_size, "%s: label %u of example %u is out of range [0, %u)",
-                    labels_path, lab.data[i], i, classes);
+                           labels_path, lab.data[i], i, classes);
             rc = ZPS_EDATA;
             goto fail;
         }
@@ -359,10 +363,11 @@ static int parse_synth_opts(const char *text, zps_synth_opts_t *o, char *err, si
             rc = ZPS_EINVAL;
     }
     if (rc)
-        zps_set_reason(err, err_size,
-                "synthetic: bad option in '%s' (expected n=N,test=M,dim=D,noise=S,seed=X with "
-                "N, M, D >= 1 and S >= 0)",
-                text);
+        zps_set_reason(
+            err, err_size,
+            "synthetic: bad option in '%s' (expected n=N,test=M,dim=D,noise=S,seed=X with "
+            "N, M, D >= 1 and S >= 0)",
+            text);
     free(items);
     return rc;
 }
@@ -395,8 +400,8 @@ int zps_dataset_open(const char *spec, const char *dir, uint64_t seed, zps_datas
             return rc;
         }
     } else {
-        zps_set_reason(err, err_size, "unknown data set '%s' (fashion-mnist or synthetic[:options])",
-                spec);
+        zps_set_reason(err, err_size,
+                       "unknown data set '%s' (fashion-mnist or synthetic[:options])", spec);
         return ZPS_EINVAL;
     }
     *train = tr;

@@ -15,7 +15,6 @@
 
 #define INIT_STREAM 0x494e495448450000ull /* "INITHE" */
 
-
 /* Parses one layer width from [s, end). */
 static int parse_width(const char *s, size_t len, uint32_t *out)
 {
@@ -55,7 +54,7 @@ int zps_model_parse(const char *spec, zps_model_t *out, char *err, size_t err_si
         uint32_t d;
         if (parse_width(spec + 7, strlen(spec + 7), &d) != 0) {
             zps_set_reason(err, err_size, "model '%s': expected linear:D with D in [1, %u]", spec,
-                    ZPS_MODEL_MAX_WIDTH);
+                           ZPS_MODEL_MAX_WIDTH);
             return ZPS_EINVAL;
         }
         m.kind = ZPS_MODEL_LINEAR;
@@ -71,13 +70,13 @@ int zps_model_parse(const char *spec, zps_model_t *out, char *err, size_t err_si
             size_t len = dash ? (size_t)(dash - p) : strlen(p);
             if (count > ZPS_MODEL_MAX_LAYERS) {
                 zps_set_reason(err, err_size, "model '%s': more than %d layers", spec,
-                        ZPS_MODEL_MAX_LAYERS);
+                               ZPS_MODEL_MAX_LAYERS);
                 return ZPS_EINVAL;
             }
             if (parse_width(p, len, &m.sizes[count]) != 0) {
                 zps_set_reason(err, err_size,
-                        "model '%s': layer sizes must be integers in [1, %u] joined by '-'", spec,
-                        ZPS_MODEL_MAX_WIDTH);
+                               "model '%s': layer sizes must be integers in [1, %u] joined by '-'",
+                               spec, ZPS_MODEL_MAX_WIDTH);
                 return ZPS_EINVAL;
             }
             count++;
@@ -86,7 +85,8 @@ int zps_model_parse(const char *spec, zps_model_t *out, char *err, size_t err_si
             p = dash + 1;
         }
         if (count < 2) {
-            zps_set_reason(err, err_size, "model '%s': needs at least an input and an output size", spec);
+            zps_set_reason(err, err_size, "model '%s': needs at least an input and an output size",
+                           spec);
             return ZPS_EINVAL;
         }
         if (m.sizes[count - 1] < 2) {
@@ -101,7 +101,7 @@ int zps_model_parse(const char *spec, zps_model_t *out, char *err, size_t err_si
     layout(&m);
     if (m.nparams > (1ull << 34)) {
         zps_set_reason(err, err_size, "model '%s': %llu parameters is too many", spec,
-                (unsigned long long)m.nparams);
+                       (unsigned long long)m.nparams);
         return ZPS_EINVAL;
     }
     *out = m;
@@ -178,17 +178,18 @@ int zps_model_check_data(const zps_model_t *m, const zps_dataset_t *ds, char *er
     zps_model_format(m, spec, sizeof(spec));
     if (ds->dim != m->sizes[0]) {
         zps_set_reason(err, err_size, "model %s takes %u inputs but the data has %u features", spec,
-                m->sizes[0], ds->dim);
+                       m->sizes[0], ds->dim);
         return ZPS_EINVAL;
     }
     if (m->kind == ZPS_MODEL_MLP) {
         if (ds->classes == 0 || !ds->label) {
-            zps_set_reason(err, err_size, "model %s needs labelled data (a classification set)", spec);
+            zps_set_reason(err, err_size, "model %s needs labelled data (a classification set)",
+                           spec);
             return ZPS_EINVAL;
         }
         if (ds->classes != m->sizes[m->layers]) {
-            zps_set_reason(err, err_size, "model %s has %u outputs but the data has %u classes", spec,
-                    m->sizes[m->layers], ds->classes);
+            zps_set_reason(err, err_size, "model %s has %u outputs but the data has %u classes",
+                           spec, m->sizes[m->layers], ds->classes);
             return ZPS_EINVAL;
         }
     } else if (!ds->target) {
