@@ -9,6 +9,7 @@
  */
 #include "trainer.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -320,6 +321,27 @@ static void show_progress(trainer_t *T, uint64_t clock, bool force)
     }
 }
 
+/*
+ * --save-params: the final model as raw little-endian float32 (the layout of
+ * model.h), for comparing runs; written by the process that evaluates.
+ */
+static int save_params(trainer_t *T)
+{
+    const char *path = T->cfg->save_params;
+    if (!path)
+        return 0;
+    FILE *f = fopen(path, "wb");
+    size_t n = T->model.nparams;
+    bool ok = f && fwrite(zps_backend_params(T->be), sizeof(float), n, f) == n;
+    if (f && fclose(f) != 0)
+        ok = false;
+    if (!ok) {
+        zps_error("cannot write the parameters to %s: %s", path, strerror(errno));
+        return ZPS_EIO;
+    }
+    return 0;
+}
+
 /* Evaluates the backend's current parameters (the model after `clock` steps). */
 static int evaluate(trainer_t *T, uint64_t clock, bool final)
 {
@@ -474,6 +496,8 @@ static int run_local(trainer_t *T)
             goto done;
     }
     rc = T->evaluates ? evaluate(T, T->clocks, true) : 0;
+    if (rc == 0)
+        rc = save_params(T);
 done:
     zps_optimizer_free(opt);
     return rc;
@@ -649,6 +673,8 @@ static int run_distributed(trainer_t *T)
             goto done;
         }
         rc = evaluate(T, T->clocks, true);
+        if (rc == 0)
+            rc = save_params(T);
     }
 done:
     zps_client_free(client);

@@ -72,6 +72,8 @@ static void usage(FILE *f)
                "  --eval-every K         worker 0 evaluates the test set every K clocks\n"
                "                         (default 0: only at the end)\n"
                "  --metrics FILE         write JSON lines (run, step, eval records) to FILE\n"
+               "  --save-params FILE     worker 0 (or --local): write the final parameters to\n"
+               "                         FILE as raw little-endian float32\n"
                "  --no-progress          no progress line on stderr\n"
                "  --progress-every S     seconds between progress lines when stderr is not a\n"
                "                         terminal (default 10)\n"
@@ -108,6 +110,7 @@ enum {
     OPT_NO_FINAL_WAIT,
     OPT_EVAL_EVERY,
     OPT_METRICS,
+    OPT_SAVE_PARAMS,
     OPT_NO_PROGRESS,
     OPT_PROGRESS_EVERY,
     OPT_LOG_LEVEL,
@@ -143,6 +146,7 @@ static const struct option options[] = {
     {"no-final-wait", no_argument, NULL, OPT_NO_FINAL_WAIT},
     {"eval-every", required_argument, NULL, OPT_EVAL_EVERY},
     {"metrics", required_argument, NULL, OPT_METRICS},
+    {"save-params", required_argument, NULL, OPT_SAVE_PARAMS},
     {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
     {"progress-every", required_argument, NULL, OPT_PROGRESS_EVERY},
     {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
@@ -320,6 +324,9 @@ int main(int argc, char **argv)
             break;
         case OPT_METRICS:
             cfg.metrics_path = a;
+            break;
+        case OPT_SAVE_PARAMS:
+            cfg.save_params = a;
             break;
         case OPT_NO_PROGRESS:
             cfg.progress = false;
