@@ -2,9 +2,10 @@
  * checksum.h - CRC32C (Castagnoli), the checksum of every message payload
  * and of every checkpoint section.
  *
- * Uses the SSE4.2 crc32 instruction on three interleaved streams when the CPU
- * has it (near memory bandwidth), and a slice-by-8 table otherwise. Both give
- * the same values. Thread-safe; no set-up call needed.
+ * Folds long buffers with AVX-512 carry-less multiplication where the CPU has
+ * it, uses the SSE4.2 crc32 instruction on three interleaved streams
+ * otherwise, and a slice-by-8 table where neither exists. All give the same
+ * values. Thread-safe; no set-up call needed.
  */
 #ifndef ZPS_CHECKSUM_H
 #define ZPS_CHECKSUM_H
@@ -21,5 +22,12 @@ uint32_t zps_crc32c(uint32_t crc, const void *buf, size_t len);
 
 /* The portable table implementation, exposed so tests can compare the two. */
 uint32_t zps_crc32c_sw(uint32_t crc, const void *buf, size_t len);
+
+/*
+ * The fastest path this CPU has, which zps_crc32c uses for long buffers:
+ * "avx512-vpclmulqdq" (carry-less folding), "sse4.2" (the crc32 instruction
+ * on three streams) or "table".
+ */
+const char *zps_crc32c_kernel(void);
 
 #endif

@@ -22,6 +22,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "checksum.h"
 #include "client.h"
 #include "error.h"
 #include "harness.h"
@@ -69,7 +70,8 @@ static void raw_server(int port_fd, size_t max_bytes)
         if (zmq_msg_recv(&id, s, 0) < 0 || zmq_msg_recv(&body, s, 0) < 0)
             break;
         zmq_msg_send(&id, s, ZMQ_SNDMORE);
-        if (zmq_msg_size(&body) == sizeof(uint64_t) + 1 && ((char *)zmq_msg_data(&body))[0] == 'G') {
+        if (zmq_msg_size(&body) == sizeof(uint64_t) + 1 &&
+            ((char *)zmq_msg_data(&body))[0] == 'G') {
             uint64_t want;
             memcpy(&want, (char *)zmq_msg_data(&body) + 1, sizeof(want));
             zmq_msg_t out;
@@ -229,7 +231,8 @@ int main(int argc, char **argv)
     }
     close(fds[0]);
 
-    printf("push+pull round trips, one client, one server, 127.0.0.1 (median of N rounds)\n\n");
+    printf("push+pull round trips, one client, one server, 127.0.0.1 (median of N rounds)\n");
+    printf("payload checksums: CRC32C, %s\n\n", zps_crc32c_kernel());
     printf("%9s %7s | %12s %9s | %12s %9s | %8s %8s\n", "payload", "rounds", "zps RTT", "zps GB/s",
            "raw RTT", "raw GB/s", "GB/s", "RTT");
     printf("%9s %7s | %12s %9s | %12s %9s | %8s %8s\n", "", "", "", "", "", "", "zps/raw",
