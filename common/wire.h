@@ -35,9 +35,9 @@ enum zps_msg_type {
 
 /* Header flag bits. */
 enum {
-    ZPS_FLAG_RANGE = 1u << 0,    /* PULL request: offset/length state the expected range */
-    ZPS_FLAG_RETRY = 1u << 1,    /* PUSH reply: a retry of a push already taken; not applied again */
-    ZPS_FLAG_DROPPED = 1u << 2,  /* PUSH reply: too late for its step (backup workers); dropped */
+    ZPS_FLAG_RANGE = 1u << 0,   /* PULL request: offset/length state the expected range */
+    ZPS_FLAG_RETRY = 1u << 1,   /* PUSH reply: a retry of a push already taken; not applied again */
+    ZPS_FLAG_DROPPED = 1u << 2, /* PUSH reply: too late for its step (backup workers); dropped */
     ZPS_FLAG_REJOINED = 1u << 3, /* reply: the worker had been evicted and is admitted again */
     ZPS_FLAG_BUFFERED = 1u << 4, /* PUSH reply: kept until its clock's step is taken */
 };
@@ -79,12 +79,17 @@ typedef struct zps_peer {
 /* One received message. */
 typedef struct zps_message {
     zps_header_t hdr;
-    zps_peer_t peer;      /* set on ROUTER sockets, even when the message is bad */
+    zps_peer_t peer; /* set on ROUTER sockets, even when the message is bad */
     bool has_peer;
     bool has_payload;
-    zmq_msg_t payload;    /* valid when has_payload; the float32 values, 4-byte aligned */
-    char *json;           /* owned copy of hdr.json, or NULL */
-    uint64_t bytes;       /* bytes of all frames, for the byte counters */
+    zmq_msg_t payload; /* valid when has_payload; the float32 values, 4-byte aligned */
+    char *json;        /* owned copy of hdr.json, or NULL */
+    uint64_t bytes;    /* bytes of all frames, for the byte counters */
+    /* Set when the payload's checksum was verified on receipt: the index of
+     * its first non-finite value, found in the same pass (hdr.length when
+     * every value is finite). */
+    bool scanned;
+    uint64_t first_nonfinite;
 } zps_message_t;
 
 /* Fills `hdr` with zeros and the current protocol version. */
@@ -169,5 +174,12 @@ uint32_t zps_wire_copy_crc(float *dst, const float *src, size_t count);
 
 /* True when all `count` values are finite; *first_bad gets the index of the first that is not. */
 bool zps_all_finite(const float *v, size_t count, size_t *first_bad);
+
+/*
+ * The CRC32C of v[count]'s bytes, and in *first_bad the index of the first
+ * non-finite value (count when there is none), in one pass over memory: each
+ * block is scanned right after it is checksummed, while it is in cache.
+ */
+uint32_t zps_crc_scan(const float *v, size_t count, size_t *first_bad);
 
 #endif

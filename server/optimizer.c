@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "simd.h"
 
 /* State arrays start on a cache line so vector loads never split one. */
 #define ZPS_OPT_ALIGN 64
@@ -47,14 +48,7 @@
  * AVX-512 version measured no faster (docs/optimizers.md).
  */
 #ifndef ZPS_OPT_LOOP /* -DZPS_OPT_LOOP= builds the baseline loops only */
-#if defined(__x86_64__) && defined(__GLIBC__) && defined(__has_attribute)
-#if __has_attribute(target_clones)
-#define ZPS_OPT_LOOP __attribute__((target_clones("default", "avx2")))
-#endif
-#endif
-#endif
-#ifndef ZPS_OPT_LOOP
-#define ZPS_OPT_LOOP
+#define ZPS_OPT_LOOP ZPS_CLONES_AVX2
 #endif
 
 #define ZPS_OPT_MAX_STATE 2
@@ -370,17 +364,6 @@ ZPS_OPT_INLINE void zps_opt_momentum_kernel(size_t n, float *restrict p, const f
     }
 }
 
-/* Per-step scalars of Adam and AdamW, each rounded once to float32. */
-typedef struct zps_opt_adam_scalars {
-    float b1, omb1; /* beta1, 1 - beta1 */
-    float b2, omb2; /* beta2, 1 - beta2 */
-    float rs2;      /* 1 / sqrt(1 - beta2^t) */
-    float step;     /* lr / (1 - beta1^t) */
-    float eps;
-    float wd;    /* L2 coefficient (Adam) */
-    float decay; /* 1 - lr * wd (AdamW) */
-} zps_opt_adam_scalars_t;
-
 /* p, g, m, v: [n] */
 ZPS_OPT_INLINE void zps_opt_adam_kernel(size_t n, float *restrict p, const float *restrict g,
                                         float *restrict m, float *restrict v,
@@ -467,59 +450,81 @@ ZPS_OPT_LOOP static void zps_opt_adagrad(size_t n, float *restrict p, const floa
         zps_opt_adagrad_kernel(n, p, g, s, lr, eps, 0.0f, false);
 }
 
-void zps_optimizer_step(zps_optimizer_t *opt, float *restrict params, const float *restrict grad,
-                        double lr_scale)
+void zps_optimizer_begin(const zps_optimizer_t *opt, double lr_scale, zps_opt_step_t *st)
 {
     ZPS_ASSERT(opt != NULL);
     ZPS_ASSERT(lr_scale >= 0.0 && lr_scale <= DBL_MAX);
-    ZPS_ASSERT(opt->n == 0 || (params != NULL && grad != NULL));
-
     const zps_opt_config_t *c = &opt->cfg;
-    size_t n = opt->n;
+    memset(st, 0, sizeof(*st));
     /* The step's rate: schedule and warm-up and scale in double, one rounding. */
-    float lr = (float)(zps_opt_lr_at(c, opt->steps) * lr_scale);
+    st->lr = (float)(zps_opt_lr_at(c, opt->steps) * lr_scale);
     /* Weight decay 0 skips the term entirely, as PyTorch does. */
-    bool has_wd = c->weight_decay != 0.0;
-    float wd = (float)c->weight_decay;
-
-    switch (c->kind) {
-    case ZPS_OPT_SGD:
-        if (has_wd)
-            zps_opt_sgd_l2(n, params, grad, lr, wd);
-        else
-            zps_opt_sgd(n, params, grad, lr);
-        break;
-    case ZPS_OPT_MOMENTUM:
-        zps_opt_momentum(n, params, grad, opt->state[0], lr, (float)c->momentum, wd, has_wd,
-                         c->nesterov);
-        break;
-    case ZPS_OPT_ADAM:
-    case ZPS_OPT_ADAMW: {
+    st->has_wd = c->weight_decay != 0.0;
+    st->wd = (float)c->weight_decay;
+    if (c->kind == ZPS_OPT_ADAM || c->kind == ZPS_OPT_ADAMW) {
         /* Bias corrections use the 1-based step number. */
         double t = (double)opt->steps + 1.0;
         double bc1 = 1.0 - pow(c->beta1, t);
         double bc2 = 1.0 - pow(c->beta2, t);
-        zps_opt_adam_scalars_t s = {
+        st->adam = (zps_opt_adam_scalars_t){
             .b1 = (float)c->beta1,
             .omb1 = (float)(1.0 - c->beta1),
             .b2 = (float)c->beta2,
             .omb2 = (float)(1.0 - c->beta2),
             .rs2 = (float)(1.0 / sqrt(bc2)),
-            .step = (float)((double)lr / bc1),
+            .step = (float)((double)st->lr / bc1),
             .eps = (float)c->eps,
-            .wd = wd,
-            .decay = (float)(1.0 - (double)lr * c->weight_decay),
+            .wd = st->wd,
+            .decay = (float)(1.0 - (double)st->lr * c->weight_decay),
         };
+    }
+}
+
+void zps_optimizer_apply(zps_optimizer_t *opt, const zps_opt_step_t *st, size_t lo, size_t len,
+                         float *restrict params, const float *restrict grad)
+{
+    ZPS_ASSERT(lo <= opt->n && len <= opt->n - lo);
+    ZPS_ASSERT(len == 0 || (params != NULL && grad != NULL));
+    const zps_opt_config_t *c = &opt->cfg;
+    switch (c->kind) {
+    case ZPS_OPT_SGD:
+        if (st->has_wd)
+            zps_opt_sgd_l2(len, params, grad, st->lr, st->wd);
+        else
+            zps_opt_sgd(len, params, grad, st->lr);
+        break;
+    case ZPS_OPT_MOMENTUM:
+        zps_opt_momentum(len, params, grad, opt->state[0] + lo, st->lr, (float)c->momentum, st->wd,
+                         st->has_wd, c->nesterov);
+        break;
+    case ZPS_OPT_ADAM:
+    case ZPS_OPT_ADAMW: {
         bool decoupled = c->kind == ZPS_OPT_ADAMW;
-        zps_opt_adam(n, params, grad, opt->state[0], opt->state[1], s, has_wd && !decoupled,
-                     has_wd && decoupled);
+        zps_opt_adam(len, params, grad, opt->state[0] + lo, opt->state[1] + lo, st->adam,
+                     st->has_wd && !decoupled, st->has_wd && decoupled);
         break;
     }
     case ZPS_OPT_ADAGRAD:
-        zps_opt_adagrad(n, params, grad, opt->state[0], lr, (float)c->eps, wd, has_wd);
+        zps_opt_adagrad(len, params, grad, opt->state[0] + lo, st->lr, (float)c->eps, st->wd,
+                        st->has_wd);
         break;
     }
+}
+
+void zps_optimizer_end(zps_optimizer_t *opt)
+{
     opt->steps++;
+}
+
+void zps_optimizer_step(zps_optimizer_t *opt, float *restrict params, const float *restrict grad,
+                        double lr_scale)
+{
+    ZPS_ASSERT(opt != NULL);
+    ZPS_ASSERT(opt->n == 0 || (params != NULL && grad != NULL));
+    zps_opt_step_t st;
+    zps_optimizer_begin(opt, lr_scale, &st);
+    zps_optimizer_apply(opt, &st, 0, opt->n, params, grad);
+    zps_optimizer_end(opt);
 }
 
 const zps_opt_config_t *zps_optimizer_config(const zps_optimizer_t *opt)

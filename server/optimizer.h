@@ -47,11 +47,11 @@ typedef struct zps_opt_config {
     double eps;          /* ADAM, ADAMW, ADAGRAD: > 0 */
     double weight_decay; /* >= 0; L2 added to the gradient, decoupled for ADAMW */
     zps_sched_kind_t schedule;
-    uint64_t step_every; /* STEP: K >= 1 */
-    double gamma;        /* STEP: factor in (0, 1] */
+    uint64_t step_every;   /* STEP: K >= 1 */
+    double gamma;          /* STEP: factor in (0, 1] */
     uint64_t cosine_steps; /* COSINE: T >= 1 */
-    double lr_min;       /* COSINE: the floor, in [0, lr] */
-    uint64_t warmup;     /* linear warm-up over the first `warmup` steps (0: none) */
+    double lr_min;         /* COSINE: the floor, in [0, lr] */
+    uint64_t warmup;       /* linear warm-up over the first `warmup` steps (0: none) */
 } zps_opt_config_t;
 
 /*
@@ -114,6 +114,41 @@ void zps_optimizer_free(zps_optimizer_t *opt); /* NULL is a no-op */
  */
 void zps_optimizer_step(zps_optimizer_t *opt, float *restrict params, const float *restrict grad,
                         double lr_scale);
+
+/* Per-step scalars of Adam and AdamW, each rounded once to float32. */
+typedef struct zps_opt_adam_scalars {
+    float b1, omb1; /* beta1, 1 - beta1 */
+    float b2, omb2; /* beta2, 1 - beta2 */
+    float rs2;      /* 1 / sqrt(1 - beta2^t) */
+    float step;     /* lr / (1 - beta1^t) */
+    float eps;
+    float wd;    /* L2 coefficient (Adam) */
+    float decay; /* 1 - lr * wd (AdamW) */
+} zps_opt_adam_scalars_t;
+
+/* What one step needs besides the arrays; filled by zps_optimizer_begin. */
+typedef struct zps_opt_step {
+    float lr; /* the step's learning rate, rounded once */
+    float wd;
+    bool has_wd;
+    zps_opt_adam_scalars_t adam;
+} zps_opt_step_t;
+
+/*
+ * One step in pieces, for a caller that produces the gradient a block at a
+ * time and applies each block while it is in cache (the server's BSP step
+ * computes the workers' mean that way). zps_optimizer_begin fixes the step's
+ * scalars from the current step count; zps_optimizer_apply updates elements
+ * [lo, lo + len): params and grad point at the block's first element, the
+ * state arrays are indexed from lo; zps_optimizer_end advances the step
+ * count. begin, then apply over blocks covering [0, n) once each, in any
+ * order, then end, gives bit for bit the result of zps_optimizer_step, which
+ * is exactly that with one block.
+ */
+void zps_optimizer_begin(const zps_optimizer_t *opt, double lr_scale, zps_opt_step_t *st);
+void zps_optimizer_apply(zps_optimizer_t *opt, const zps_opt_step_t *st, size_t lo, size_t len,
+                         float *restrict params, const float *restrict grad);
+void zps_optimizer_end(zps_optimizer_t *opt);
 
 const zps_opt_config_t *zps_optimizer_config(const zps_optimizer_t *opt);
 size_t zps_optimizer_size(const zps_optimizer_t *opt);

@@ -111,8 +111,8 @@ struct server {
     void *sock;
     zps_store_t store;
     zps_staleness_t *st;
-    slot_t *slots;    /* [W] */
-    uint32_t *ranks;  /* [W] scratch for steps */
+    slot_t *slots;   /* [W] */
+    uint32_t *ranks; /* [W] scratch for steps */
     const float **grads;
     uint32_t *batches;
     uint64_t *tokens; /* scratch for ready pulls */
@@ -141,7 +141,7 @@ struct server {
     ckpt_job_t *ckpt_running; /* on the threadpool */
     ckpt_job_t *ckpt_queue;   /* waiting for it, oldest first */
     size_t ckpt_queued;
-    bool ckpt_taken;          /* a checkpoint of version ckpt_version exists or is on its way */
+    bool ckpt_taken; /* a checkpoint of version ckpt_version exists or is on its way */
     uint64_t ckpt_version;
     char ckpt_last_path[4096];
 };
@@ -206,53 +206,78 @@ static bool log_allowed(server_t *s)
 }
 
 /*
- * The pull payload for the current version: the parameters change under
- * later pushes, so replies carry a copy, made (with its checksum, in the
- * same pass) once per version. On success *m is a new reference to it.
+ * The pull payload of each version is a copy of the parameters (later pushes
+ * change them in place), made once per version with its checksum and shared
+ * by every pull of that version. Its buffer comes from a small pool that
+ * ZeroMQ hands back once the replies carrying it have left.
  */
+
+/* Drops the cached payload; its buffer returns to the pool once sent. */
+static void reply_cache_drop(server_t *s)
+{
+    if (s->reply_cached)
+        zmq_msg_close(&s->reply_cache);
+    s->reply_cached = false;
+}
+
+/* A free pooled buffer of n floats, marked busy, or NULL when all are in flight. */
+static reply_buf_t *reply_buf_take(server_t *s, size_t n)
+{
+    for (int i = 0; i < REPLY_POOL && n > 0; i++) {
+        reply_buf_t *c = &s->reply_pool[i];
+        if (atomic_load_explicit(&c->busy, memory_order_acquire))
+            continue;
+        if (c->cap < n) {
+            free(c->data);
+            c->data = aligned_alloc(64, (n * sizeof(float) + 63) & ~(size_t)63);
+            c->cap = c->data ? n : 0;
+        }
+        if (c->data) {
+            atomic_store(&c->busy, true);
+            return c;
+        }
+    }
+    return NULL;
+}
+
+/* Makes msg, the current version's parameters with checksum crc, the cache; consumes msg. */
+static void reply_cache_install(server_t *s, zmq_msg_t *msg, uint32_t crc)
+{
+    zmq_msg_init(&s->reply_cache);
+    zmq_msg_move(&s->reply_cache, msg);
+    zmq_msg_close(msg);
+    s->reply_cached = true;
+    s->reply_cache_version = zps_stale_version(s->st);
+    s->reply_cache_crc = crc;
+}
+
+/* A message around pooled buffer b (which it returns when sent); b is freed on failure. */
+static int reply_buf_msg(server_t *s, reply_buf_t *b, zmq_msg_t *msg)
+{
+    if (zmq_msg_init_data(msg, b->data, s->store.len * sizeof(float), reply_buf_released, b) == 0)
+        return 0;
+    atomic_store(&b->busy, false);
+    return ZPS_ENOMEM;
+}
+
+/* The pull payload for the current version; on success *m is a new reference to it. */
 static int params_payload(server_t *s, zmq_msg_t *m, uint32_t *crc)
 {
-    uint64_t v = zps_stale_version(s->st);
-    if (!s->reply_cached || s->reply_cache_version != v) {
+    if (!s->reply_cached || s->reply_cache_version != zps_stale_version(s->st)) {
         size_t n = s->store.len;
         /* Let go of the previous version first: its buffer comes back to the
          * pool as soon as the replies that carry it have left. */
-        if (s->reply_cached)
-            zmq_msg_close(&s->reply_cache);
-        s->reply_cached = false;
+        reply_cache_drop(s);
+        reply_buf_t *b = reply_buf_take(s, n);
         zmq_msg_t fresh;
-        reply_buf_t *b = NULL;
-        for (int i = 0; i < REPLY_POOL && !b && n > 0; i++) {
-            reply_buf_t *c = &s->reply_pool[i];
-            if (atomic_load_explicit(&c->busy, memory_order_acquire))
-                continue;
-            if (c->cap < n) {
-                free(c->data);
-                c->data = aligned_alloc(64, (n * sizeof(float) + 63) & ~(size_t)63);
-                c->cap = c->data ? n : 0;
-            }
-            if (c->data)
-                b = c;
-        }
         if (b) {
-            atomic_store(&b->busy, true);
-            s->reply_cache_crc = zps_wire_copy_crc(b->data, s->store.params, n);
-            if (zmq_msg_init_data(&fresh, b->data, n * sizeof(float), reply_buf_released, b) !=
-                0) {
-                atomic_store(&b->busy, false);
+            if (reply_buf_msg(s, b, &fresh) != 0)
                 return ZPS_ENOMEM;
-            }
-        } else {
-            /* Every pooled buffer is still on its way out (slow readers). */
-            if (zmq_msg_init_size(&fresh, n * sizeof(float)) != 0)
-                return ZPS_ENOMEM;
-            s->reply_cache_crc = zps_wire_copy_crc(zmq_msg_data(&fresh), s->store.params, n);
+        } else if (zmq_msg_init_size(&fresh, n * sizeof(float)) != 0) {
+            /* (No pooled buffer: all are still on their way out to slow readers.) */
+            return ZPS_ENOMEM;
         }
-        zmq_msg_init(&s->reply_cache);
-        zmq_msg_move(&s->reply_cache, &fresh);
-        zmq_msg_close(&fresh);
-        s->reply_cached = true;
-        s->reply_cache_version = v;
+        reply_cache_install(s, &fresh, zps_wire_copy_crc(zmq_msg_data(&fresh), s->store.params, n));
     }
     zmq_msg_init(m);
     if (zmq_msg_copy(m, &s->reply_cache) != 0)
@@ -583,10 +608,9 @@ static bool check_range(server_t *s, const zps_peer_t *peer, const zps_header_t 
     reply_error(s, peer, req, ZPS_ERANGE,
                 "range [%llu, %llu) does not match shard %u/%u of a %llu-element model, "
                 "which owns [%llu, %llu)",
-                (unsigned long long)req->offset,
-                (unsigned long long)(req->offset + req->length), s->cfg->shard_index,
-                s->cfg->shard_count, (unsigned long long)req->total, (unsigned long long)r.lo,
-                (unsigned long long)r.hi);
+                (unsigned long long)req->offset, (unsigned long long)(req->offset + req->length),
+                s->cfg->shard_index, s->cfg->shard_count, (unsigned long long)req->total,
+                (unsigned long long)r.lo, (unsigned long long)r.hi);
     return false;
 }
 
@@ -602,14 +626,20 @@ static bool check_worker(server_t *s, const zps_peer_t *peer, const zps_header_t
     return false;
 }
 
-static bool check_finite(server_t *s, const zps_peer_t *peer, const zps_header_t *req,
-                         const float *v, size_t n)
+/* The payload of m is finite (checked as its checksum was, on receipt). */
+static bool check_finite(server_t *s, zps_message_t *m)
 {
+    const float *v = zps_message_floats(m);
     size_t bad = 0;
-    if (zps_all_finite(v, n, &bad))
+    if (m->scanned) {
+        if (m->first_nonfinite >= m->hdr.length)
+            return true;
+        bad = (size_t)m->first_nonfinite;
+    } else if (zps_all_finite(v, (size_t)m->hdr.length, &bad)) {
         return true;
-    reply_error(s, peer, req, ZPS_ENONFINITE, "element %llu of the payload is %g",
-                (unsigned long long)(req->offset + bad), (double)v[bad]);
+    }
+    reply_error(s, &m->peer, &m->hdr, ZPS_ENONFINITE, "element %llu of the payload is %g",
+                (unsigned long long)(m->hdr.offset + bad), (double)v[bad]);
     return false;
 }
 
@@ -628,7 +658,7 @@ static void handle_init(server_t *s, zps_message_t *m)
     if (!check_range(s, &m->peer, req))
         return;
     const float *values = zps_message_floats(m);
-    if (!check_finite(s, &m->peer, req, values, req->length))
+    if (!check_finite(s, m))
         return;
 
     if (s->store.initialized) {
@@ -730,14 +760,20 @@ static void take_bsp_steps(server_t *s)
             zps_vhist_add(&s->staleness,
                           steps_before > sl->based_on ? steps_before - sl->based_on : 0);
         }
-        zps_weighted_mean(s->grads, s->batches, k, s->store.len, s->store.scratch);
-        zps_store_apply(&s->store, s->store.scratch, 1.0);
+        /* Every worker pulls the version this step makes: its payload is
+         * copied and checksummed in the step's own pass over memory. */
+        reply_cache_drop(s);
+        reply_buf_t *b = reply_buf_take(s, s->store.len);
+        uint32_t crc = zps_store_step_mean(&s->store, s->grads, s->batches, k, b ? b->data : NULL);
         for (uint32_t j = 0; j < k; j++) {
             slot_t *sl = &s->slots[s->ranks[j]];
             zmq_msg_close(&sl->msg);
             sl->full = false;
         }
         zps_stale_step_done(s->st);
+        zmq_msg_t fresh;
+        if (b && reply_buf_msg(s, b, &fresh) == 0)
+            reply_cache_install(s, &fresh, crc);
         s->count.steps++;
         zps_debug("step for clock %llu from %u pushes", (unsigned long long)clock, k);
         maybe_checkpoint(s);
@@ -768,7 +804,7 @@ static void handle_push(server_t *s, zps_message_t *m)
         return;
     }
     const float *grad = zps_message_floats(m);
-    if (!check_finite(s, &m->peer, req, grad, req->length))
+    if (!check_finite(s, m))
         return;
 
     char why[ZPS_ERROR_TEXT_MAX];
@@ -836,9 +872,8 @@ static char *stats_json(server_t *s)
                       "\"version\":%llu,\"min_clock\":%llu,\"mode\":\"%s\",\"staleness_bound\":%u,"
                       "\"backup_workers\":%u,\"optimizer\":\"%s\",\"lr_staleness\":\"%s\","
                       "\"worker_timeout_s\":%.3f,\"workers\":%u,",
-                      s->store.initialized ? "true" : "false",
-                      (unsigned long long)s->store.total, (unsigned long long)s->store.range.lo,
-                      (unsigned long long)s->store.range.hi,
+                      s->store.initialized ? "true" : "false", (unsigned long long)s->store.total,
+                      (unsigned long long)s->store.range.lo, (unsigned long long)s->store.range.hi,
                       (unsigned long long)zps_stale_version(s->st),
                       (unsigned long long)zps_stale_min_clock(s->st), zps_mode_name(sc->mode),
                       sc->staleness, sc->backup, zps_opt_name(&s->cfg->opt),
@@ -896,8 +931,7 @@ static char *stats_json(server_t *s)
                       (unsigned long long)s->count.checkpoint_failures);
     zps_strbuf_json_string(&b, s->ckpt_last_path);
     zps_strbuf_printf(&b, "}");
-    zps_strbuf_printf(&b, ",\"uptime_s\":%.3f}",
-                      (double)(zps_now_ns() - s->started_ns) / 1e9);
+    zps_strbuf_printf(&b, ",\"uptime_s\":%.3f}", (double)(zps_now_ns() - s->started_ns) / 1e9);
     return zps_strbuf_take(&b);
 }
 
@@ -926,8 +960,7 @@ static void handle_checkpoint(server_t *s, zps_message_t *m)
     else if (rc == ZPS_ENOTINIT)
         reply_error(s, &m->peer, &m->hdr, rc, "nothing to save: the model is not initialised");
     else if (rc)
-        reply_error(s, &m->peer, &m->hdr, rc, "cannot take a checkpoint now: %s",
-                    zps_strerror(rc));
+        reply_error(s, &m->peer, &m->hdr, rc, "cannot take a checkpoint now: %s", zps_strerror(rc));
     /* On success the reply comes when the file is on disk. */
 }
 
@@ -1001,8 +1034,8 @@ static void handle(server_t *s, zps_message_t *m, int rc)
                                ? what[-rc]
                                : zps_strerror(rc);
         if (rc == ZPS_EVERSION)
-            reply_error(s, &m->peer, &m->hdr, rc, "%s: this server speaks version %u, got %u",
-                        text, ZPS_PROTOCOL_VERSION, m->hdr.version);
+            reply_error(s, &m->peer, &m->hdr, rc, "%s: this server speaks version %u, got %u", text,
+                        ZPS_PROTOCOL_VERSION, m->hdr.version);
         else if (rc == ZPS_ETYPE)
             reply_error(s, &m->peer, &m->hdr, rc, "%s %u", text, m->hdr.type);
         else
@@ -1036,8 +1069,8 @@ static void handle(server_t *s, zps_message_t *m, int rc)
         handle_checkpoint(s, m);
         break;
     default:
-        reply_error(s, &m->peer, &m->hdr, ZPS_EMODE,
-                    "message type %u is not served by this server", m->hdr.type);
+        reply_error(s, &m->peer, &m->hdr, ZPS_EMODE, "message type %u is not served by this server",
+                    m->hdr.type);
         break;
     }
     s->reply_flags = 0;
@@ -1094,8 +1127,7 @@ static void stop(server_t *s, const char *why)
 {
     if (s->stopping)
         return;
-    zps_info("%s: shutting down (version %llu)", why,
-             (unsigned long long)zps_stale_version(s->st));
+    zps_info("%s: shutting down (version %llu)", why, (unsigned long long)zps_stale_version(s->st));
     /* Fail the pulls still waiting so their workers learn now, not at a timeout. */
     size_t n;
     while ((n = zps_stale_take_all(s->st, s->tokens, s->tokens_cap)) > 0) {
@@ -1172,8 +1204,8 @@ static int resume(server_t *s)
     if (cfg->resume_from) {
         snprintf(path, sizeof(path), "%s", cfg->resume_from);
         rc = zps_ckpt_read(path, &ck, why, sizeof(why));
-        if (rc == 0 && (rc = zps_ckpt_check_shard(&ck, cfg->shard_index, cfg->shard_count, 0,
-                                                  why, sizeof(why))) != 0)
+        if (rc == 0 && (rc = zps_ckpt_check_shard(&ck, cfg->shard_index, cfg->shard_count, 0, why,
+                                                  sizeof(why))) != 0)
             zps_ckpt_fini(&ck);
     } else {
         rc = zps_ckpt_find_latest(cfg->checkpoint_dir, cfg->shard_index, cfg->shard_count, &ck,

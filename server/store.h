@@ -3,7 +3,7 @@
  * synchronous step.
  *
  * The store owns the shard's slice of the model (64-byte aligned), the
- * optimizer beside it, and a scratch vector for BSP's aggregated gradient.
+ * optimizer beside it, and one block of scratch for BSP's aggregated gradient.
  * It knows nothing of sockets or clocks: the server decides when a step
  * happens, the store computes it.
  */
@@ -17,13 +17,20 @@
 #include "optimizer.h"
 #include "shard.h"
 
+/*
+ * Elements per block of a BSP step: the mean of a block is computed, applied
+ * and copied while it is in the first-level cache (8 KiB of floats), so a
+ * step reads each gradient and the parameters once and writes them once.
+ */
+#define ZPS_STORE_BLOCK 2048
+
 typedef struct zps_store {
     bool initialized;
     uint64_t total;    /* N, elements in the whole model */
     zps_range_t range; /* the slice this shard owns */
     size_t len;        /* range length */
     float *params;     /* [len] */
-    float *scratch;    /* [len] aggregated gradient of a BSP step */
+    float *scratch;    /* [ZPS_STORE_BLOCK] one block of a BSP step's mean */
     zps_optimizer_t *opt;
 } zps_store_t;
 
@@ -50,5 +57,16 @@ void zps_weighted_mean(const float *const *grads, const uint32_t *n, size_t k, s
 
 /* One optimizer step with gradient grad[len] (any gradient: a worker's or a mean). */
 void zps_store_apply(zps_store_t *s, const float *grad, double lr_scale);
+
+/*
+ * BSP's step: one optimizer step with the example-weighted mean of the k
+ * gradients (zps_weighted_mean's arithmetic), computed and applied block by
+ * block in one pass over memory. When `copy` is not NULL the new parameters
+ * are also copied to copy[len] in that pass and their CRC32C is returned
+ * (the payload of the pulls that follow); otherwise 0 is returned. Bit for
+ * bit the result of zps_weighted_mean then zps_store_apply.
+ */
+uint32_t zps_store_step_mean(zps_store_t *s, const float *const *grads, const uint32_t *n, size_t k,
+                             float *restrict copy);
 
 #endif

@@ -12,6 +12,7 @@
 
 #include <cmocka.h>
 
+#include "checksum.h"
 #include "error.h"
 #include "stats.h"
 #include "store.h"
@@ -78,6 +79,81 @@ static void test_store_set(void **state)
     zps_store_fini(&s);
 }
 
+/*
+ * The blocked BSP step equals the mean, then the optimizer step, bit for bit,
+ * for every optimizer, for lengths around the block size, over several steps
+ * (so the schedule and Adam's bias corrections advance the same way), and its
+ * copy of the parameters carries their CRC32C.
+ */
+static void test_blocked_step(void **state)
+{
+    (void)state;
+    const zps_opt_kind_t kinds[] = {ZPS_OPT_SGD, ZPS_OPT_MOMENTUM, ZPS_OPT_ADAM, ZPS_OPT_ADAMW,
+                                    ZPS_OPT_ADAGRAD};
+    const size_t lens[] = {1, ZPS_STORE_BLOCK - 1, ZPS_STORE_BLOCK, ZPS_STORE_BLOCK + 1,
+                           3 * ZPS_STORE_BLOCK + 77};
+    const uint32_t batches[3] = {5, 16, 3};
+    size_t max = lens[sizeof(lens) / sizeof(lens[0]) - 1];
+    float *init = malloc(max * sizeof(float));
+    float *g[3], *mean = malloc(max * sizeof(float)), *copy = malloc(max * sizeof(float));
+    uint32_t x = 99;
+    for (int j = 0; j < 3; j++)
+        g[j] = malloc(max * sizeof(float));
+    for (size_t i = 0; i < max; i++) {
+        x = x * 1664525u + 1013904223u;
+        init[i] = (float)(int32_t)x / 2147483648.0f;
+        for (int j = 0; j < 3; j++) {
+            x = x * 1664525u + 1013904223u;
+            g[j][i] = (float)(int32_t)x / 1073741824.0f;
+        }
+    }
+    for (size_t a = 0; a < sizeof(kinds) / sizeof(kinds[0]); a++) {
+        for (size_t b = 0; b < sizeof(lens) / sizeof(lens[0]); b++) {
+            size_t len = lens[b];
+            zps_opt_config_t cfg;
+            zps_opt_config_default(&cfg);
+            cfg.kind = kinds[a];
+            cfg.lr = 0.05;
+            cfg.weight_decay = 0.01;
+            cfg.schedule = ZPS_SCHED_COSINE;
+            cfg.cosine_steps = 5;
+            cfg.warmup = 2;
+            zps_store_t blocked, plain;
+            zps_store_init(&blocked);
+            zps_store_init(&plain);
+            zps_range_t r = {0, len};
+            assert_int_equal(zps_store_set(&blocked, len, r, init, &cfg), 0);
+            assert_int_equal(zps_store_set(&plain, len, r, init, &cfg), 0);
+            for (int step = 0; step < 4; step++) {
+                const float *gs[3] = {g[step % 3], g[(step + 1) % 3], g[(step + 2) % 3]};
+                size_t k = 1 + (size_t)step % 3;
+                uint32_t crc =
+                    zps_store_step_mean(&blocked, gs, batches, k, step % 2 ? copy : NULL);
+                zps_weighted_mean(gs, batches, k, len, mean);
+                zps_store_apply(&plain, mean, 1.0);
+                assert_memory_equal(blocked.params, plain.params, len * sizeof(float));
+                if (step % 2) {
+                    assert_memory_equal(copy, plain.params, len * sizeof(float));
+                    assert_int_equal(crc, zps_crc32c(0, plain.params, len * sizeof(float)));
+                } else {
+                    assert_int_equal(crc, 0);
+                }
+            }
+            for (size_t i = 0; i < zps_optimizer_state_count(plain.opt); i++)
+                assert_memory_equal(zps_optimizer_state(blocked.opt, i, NULL),
+                                    zps_optimizer_state(plain.opt, i, NULL), len * sizeof(float));
+            assert_int_equal(zps_optimizer_steps(blocked.opt), 4);
+            zps_store_fini(&blocked);
+            zps_store_fini(&plain);
+        }
+    }
+    for (int j = 0; j < 3; j++)
+        free(g[j]);
+    free(init);
+    free(mean);
+    free(copy);
+}
+
 static void test_value_histogram(void **state)
 {
     (void)state;
@@ -127,9 +203,12 @@ static void test_time_histogram(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_weighted_mean_by_hand), cmocka_unit_test(test_order_is_fixed),
-        cmocka_unit_test(test_store_set),             cmocka_unit_test(test_value_histogram),
+        cmocka_unit_test(test_weighted_mean_by_hand),
+        cmocka_unit_test(test_order_is_fixed),
+        cmocka_unit_test(test_store_set),
+        cmocka_unit_test(test_value_histogram),
         cmocka_unit_test(test_time_histogram),
+        cmocka_unit_test(test_blocked_step),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
