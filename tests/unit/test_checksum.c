@@ -33,18 +33,24 @@ static void test_check_value(void **state)
     assert_int_equal(zps_crc32c(0, buf, 32), 0x46dd794eu);
 }
 
+/* n pseudo-random bytes from a seeded linear congruential generator; free() them. */
+static unsigned char *random_bytes(size_t n, uint32_t seed)
+{
+    unsigned char *buf = malloc(n);
+    assert_non_null(buf);
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 1103515245u + 12345u;
+        buf[i] = (unsigned char)(seed >> 24);
+    }
+    return buf;
+}
+
 static void test_hw_matches_sw(void **state)
 {
     (void)state;
     /* Sizes around the three-way block boundaries (3*256 and 3*8192). */
     size_t max = 3 * 8192 * 2 + 777;
-    unsigned char *buf = malloc(max + 8);
-    assert_non_null(buf);
-    uint32_t x = 12345;
-    for (size_t i = 0; i < max + 8; i++) {
-        x = x * 1103515245u + 12345u;
-        buf[i] = (unsigned char)(x >> 24);
-    }
+    unsigned char *buf = random_bytes(max + 8, 12345);
     size_t sizes[] = {0, 1, 7, 8, 9, 767, 768, 769, 1536, 24575, 24576, 24577, 49152, max};
     for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
         for (size_t off = 0; off < 8; off += 3) {
@@ -63,13 +69,7 @@ static void test_fold_matches_sw(void **state)
     (void)state;
     printf("CRC32C kernel for long buffers on this CPU: %s\n", zps_crc32c_kernel());
     size_t max = 70000;
-    unsigned char *buf = malloc(max + 64);
-    assert_non_null(buf);
-    uint32_t x = 777;
-    for (size_t i = 0; i < max + 64; i++) {
-        x = x * 1103515245u + 12345u;
-        buf[i] = (unsigned char)(x >> 24);
-    }
+    unsigned char *buf = random_bytes(max + 64, 777);
     for (size_t len = 1000; len <= 1600; len++)
         assert_int_equal(zps_crc32c(0, buf + len % 64, len), zps_crc32c_sw(0, buf + len % 64, len));
     size_t sizes[] = {4096,  4096 + 15, 4096 + 16,   4096 + 63,   4096 + 64,   4096 + 255,
