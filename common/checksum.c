@@ -279,6 +279,19 @@ uint32_t zps_crc32c(uint32_t crc, const void *buf, size_t len)
     return ~sw_update(~crc, buf, len);
 }
 
+uint32_t zps_crc32c_copy(uint32_t crc, void *dst, const void *src, size_t len)
+{
+    enum { BLOCK = 32768 };
+    unsigned char *d = dst;
+    const unsigned char *p = src;
+    for (size_t i = 0; i < len; i += BLOCK) {
+        size_t n = len - i < BLOCK ? len - i : BLOCK;
+        memcpy(d + i, p + i, n);
+        crc = zps_crc32c(crc, d + i, n);
+    }
+    return crc;
+}
+
 const char *zps_crc32c_kernel(void)
 {
     pthread_once(&tables_once, build_tables);

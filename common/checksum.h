@@ -20,6 +20,13 @@
  */
 uint32_t zps_crc32c(uint32_t crc, const void *buf, size_t len);
 
+/*
+ * Copies len bytes from src to dst and returns their CRC32C continuing from
+ * crc, in one pass over memory: each block is checksummed right after it is
+ * copied, while it is in cache. src and dst must not overlap.
+ */
+uint32_t zps_crc32c_copy(uint32_t crc, void *dst, const void *src, size_t len);
+
 /* The portable table implementation, exposed so tests can compare the two. */
 uint32_t zps_crc32c_sw(uint32_t crc, const void *buf, size_t len);
 

@@ -230,7 +230,8 @@ int zps_message_copy_verified(zps_message_t *msg, float *dst)
 {
     if (!msg->has_payload)
         return 0;
-    uint32_t crc = zps_wire_copy_crc(dst, zmq_msg_data(&msg->payload), msg->hdr.length);
+    uint32_t crc =
+        zps_crc32c_copy(0, dst, zmq_msg_data(&msg->payload), msg->hdr.length * sizeof(float));
     return crc == msg->hdr.checksum ? 0 : ZPS_ECHECKSUM;
 }
 
@@ -311,23 +312,9 @@ int zps_wire_send(void *sock, const zps_peer_t *peer, zps_header_t *hdr, const f
             ffn((void *)payload, hint);
         if (zmq_msg_init_size(&m, bytes) != 0)
             return ZPS_ENOMEM;
-        hdr->checksum = zps_wire_copy_crc(zmq_msg_data(&m), payload, count);
+        hdr->checksum = zps_crc32c_copy(0, zmq_msg_data(&m), payload, bytes);
     }
     return zps_wire_send_msg(sock, peer, hdr, &m, flags);
-}
-
-uint32_t zps_wire_copy_crc(float *dst, const float *src, size_t count)
-{
-    /* Copy a block, then checksum it while it is still in cache: memory is
-     * crossed once, not twice. */
-    enum { BLOCK = 8192 };
-    uint32_t crc = 0;
-    for (size_t i = 0; i < count; i += BLOCK) {
-        size_t n = count - i < BLOCK ? count - i : BLOCK;
-        memcpy(dst + i, src + i, n * sizeof(float));
-        crc = zps_crc32c(crc, dst + i, n * sizeof(float));
-    }
-    return crc;
 }
 
 uint32_t zps_crc_scan(const float *v, size_t count, size_t *first_bad)

@@ -166,12 +166,6 @@ int zps_wire_send(void *sock, const zps_peer_t *peer, zps_header_t *hdr, const f
 int zps_wire_send_msg(void *sock, const zps_peer_t *peer, zps_header_t *hdr, zmq_msg_t *payload,
                       int flags);
 
-/*
- * Copies `count` floats from src to dst and returns the CRC32C of the copied
- * bytes, in one pass over memory. For building payloads.
- */
-uint32_t zps_wire_copy_crc(float *dst, const float *src, size_t count);
-
 /* True when all `count` values are finite; *first_bad gets the index of the first that is not. */
 bool zps_all_finite(const float *v, size_t count, size_t *first_bad);
 

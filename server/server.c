@@ -24,6 +24,7 @@
 #include <zmq.h>
 
 #include "checkpoint.h"
+#include "checksum.h"
 #include "error.h"
 #include "log.h"
 #include "stats.h"
@@ -277,7 +278,9 @@ static int params_payload(server_t *s, zmq_msg_t *m, uint32_t *crc)
             /* (No pooled buffer: all are still on their way out to slow readers.) */
             return ZPS_ENOMEM;
         }
-        reply_cache_install(s, &fresh, zps_wire_copy_crc(zmq_msg_data(&fresh), s->store.params, n));
+        reply_cache_install(
+            s, &fresh,
+            zps_crc32c_copy(0, zmq_msg_data(&fresh), s->store.params, n * sizeof(float)));
     }
     zmq_msg_init(m);
     if (zmq_msg_copy(m, &s->reply_cache) != 0)

@@ -117,10 +117,8 @@ uint32_t zps_store_step_mean(zps_store_t *s, const float *const *grads, const ui
         size_t len = s->len - lo < ZPS_STORE_BLOCK ? s->len - lo : ZPS_STORE_BLOCK;
         mean_range(grads, n, k, denom, lo, len, s->scratch);
         zps_optimizer_apply(s->opt, &st, lo, len, s->params + lo, s->scratch);
-        if (copy) {
-            memcpy(copy + lo, s->params + lo, len * sizeof(float));
-            crc = zps_crc32c(crc, copy + lo, len * sizeof(float));
-        }
+        if (copy)
+            crc = zps_crc32c_copy(crc, copy + lo, s->params + lo, len * sizeof(float));
     }
     zps_optimizer_end(s->opt);
     return crc;
