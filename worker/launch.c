@@ -1028,6 +1028,28 @@ static int spawn(launch_t *L, child_t *c)
     return rc;
 }
 
+/*
+ * Starts child c with the command line in c->argv, first writing it to cmds
+ * (commands.txt, when open). `bad` says that building the command line ran
+ * out of memory. False when the run has been aborted.
+ */
+static bool start_child(launch_t *L, child_t *c, FILE *cmds, int bad)
+{
+    if (bad) {
+        abort_run(L, "failed", NULL, "out of memory");
+        return false;
+    }
+    if (cmds) {
+        fprintf(cmds, "# %s\n", c->name);
+        write_command(cmds, &c->argv);
+    }
+    if (spawn(L, c) != 0) {
+        abort_run(L, "failed", c, "%s could not be started", c->name);
+        return false;
+    }
+    return true;
+}
+
 static void start_workers(launch_t *L)
 {
     strvec_t eps = {0};
@@ -1063,18 +1085,8 @@ static void start_workers(launch_t *L)
         for (size_t s = 0; s < L->o->spec_count; s++)
             if (zps_rank_set_has(&L->o->specs[s].ranks, r))
                 bad = bad || sv_extend(a, &L->o->specs[s].flags);
-        if (bad) {
-            abort_run(L, "failed", NULL, "out of memory");
+        if (!start_child(L, c, cmds, bad))
             break;
-        }
-        if (cmds) {
-            fprintf(cmds, "# %s\n", c->name);
-            write_command(cmds, a);
-        }
-        if (spawn(L, c) != 0) {
-            abort_run(L, "failed", c, "%s could not be started", c->name);
-            break;
-        }
     }
     if (cmds)
         fclose(cmds);
@@ -1099,18 +1111,8 @@ static void start_servers(launch_t *L)
         if (L->o->lr_staleness)
             bad = bad || sv_push(a, "--lr-staleness") || sv_push(a, L->o->lr_staleness);
         bad = bad || sv_extend(a, &L->o->server_args);
-        if (bad) {
-            abort_run(L, "failed", NULL, "out of memory");
+        if (!start_child(L, c, cmds, bad))
             break;
-        }
-        if (cmds) {
-            fprintf(cmds, "# %s\n", c->name);
-            write_command(cmds, a);
-        }
-        if (spawn(L, c) != 0) {
-            abort_run(L, "failed", c, "%s could not be started", c->name);
-            break;
-        }
     }
     if (cmds)
         fclose(cmds);
