@@ -10,10 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
+
+#include "timeutil.h"
 
 #ifndef ZPS_SERVER_BIN
 #error "ZPS_SERVER_BIN must name the zps-server binary"
@@ -25,10 +25,38 @@ const char *harness_server_bin(void)
     return env && *env ? env : ZPS_SERVER_BIN;
 }
 
-static void sleep_ms(long ms)
+pid_t harness_spawn(const char *const *argv, const char *out_path, const char *err_path)
 {
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) {
+        perror("fork");
+        return -1;
+    }
+    if (pid > 0)
+        return pid;
+    /* Die with the test, whatever happens to it. */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+        _exit(127);
+    if (out_path) {
+        int fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd < 0)
+            _exit(127);
+        dup2(fd, STDOUT_FILENO);
+    }
+    int fd = -1;
+    if (err_path) {
+        if ((fd = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644)) < 0)
+            _exit(127);
+    } else if (!getenv("ZPS_TEST_VERBOSE")) {
+        fd = open("/dev/null", O_WRONLY);
+    }
+    if (fd >= 0)
+        dup2(fd, STDERR_FILENO);
+    execv(argv[0], (char *const *)argv);
+    perror(argv[0]);
+    _exit(127);
 }
 
 int harness_start(harness_server_t *s, const char *const *args)
@@ -53,26 +81,9 @@ int harness_start(harness_server_t *s, const char *const *args)
         argv[n++] = args[i];
     argv[n] = NULL;
 
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid < 0) {
-        perror("fork");
+    pid_t pid = harness_spawn(argv, NULL, NULL);
+    if (pid < 0)
         return -1;
-    }
-    if (pid == 0) {
-        /* Die with the test, whatever happens to it. */
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-            _exit(127);
-        if (!getenv("ZPS_TEST_VERBOSE")) {
-            int devnull = open("/dev/null", O_WRONLY);
-            if (devnull >= 0)
-                dup2(devnull, STDERR_FILENO);
-        }
-        execv(argv[0], (char *const *)argv);
-        perror(argv[0]);
-        _exit(127);
-    }
     s->pid = pid;
     for (int waited = 0; waited < 10000; waited += 5) {
         FILE *f = fopen(epfile, "r");
@@ -90,7 +101,7 @@ int harness_start(harness_server_t *s, const char *const *args)
             s->pid = 0;
             return -1;
         }
-        sleep_ms(5);
+        zps_sleep_ms(5);
     }
     fprintf(stderr, "harness: %s did not start listening within 10 s\n", argv[0]);
     harness_stop(s);
@@ -114,7 +125,7 @@ int harness_stop(harness_server_t *s)
                 break;
             if (waited == 5000)
                 kill(s->pid, SIGKILL);
-            sleep_ms(10);
+            zps_sleep_ms(10);
         }
         s->pid = 0;
     }

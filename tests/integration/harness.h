@@ -33,6 +33,14 @@ void harness_signal(harness_server_t *s, int sig);
 /* True while the process has not exited. */
 bool harness_alive(harness_server_t *s);
 
+/*
+ * Starts argv[0] with argv in a child that dies with the test
+ * (PR_SET_PDEATHSIG). Its stdout goes to out_path when given (else it is
+ * the test's); its stderr to err_path when given, else to /dev/null unless
+ * ZPS_TEST_VERBOSE is set. Returns the pid, or -1 with a message on stderr.
+ */
+pid_t harness_spawn(const char *const *argv, const char *out_path, const char *err_path);
+
 /* Path of the zps-server binary under test. */
 const char *harness_server_bin(void);
 

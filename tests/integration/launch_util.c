@@ -4,17 +4,16 @@
 #include "launch_util.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
+
+#include "harness.h"
+#include "timeutil.h"
 
 #ifndef ZPS_BIN
 #error "ZPS_BIN must name the zps tool"
@@ -53,17 +52,10 @@ void lu_rmtree(const char *dir)
         waitpid(pid, NULL, 0);
 }
 
+/* Seconds on the monotonic clock. */
 static double now_s(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
+    return (double)zps_now_ns() / 1e9;
 }
 
 pid_t lu_start(const char *out_dir, const char *const *args)
@@ -78,27 +70,10 @@ pid_t lu_start(const char *out_dir, const char *const *args)
     for (int i = 0; args[i] && n < 126; i++)
         argv[n++] = args[i];
     argv[n] = NULL;
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid < 0) {
-        perror("fork");
+    /* The launcher dies with the test; its children die with it. */
+    pid_t pid = harness_spawn(argv, out, err);
+    if (pid < 0)
         abort();
-    }
-    if (pid == 0) {
-        /* The launcher dies with the test; its children die with it. */
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-            _exit(127);
-        int fo = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int fe = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fo < 0 || fe < 0)
-            _exit(127);
-        dup2(fo, STDOUT_FILENO);
-        dup2(fe, STDERR_FILENO);
-        execv(argv[0], (char *const *)argv);
-        perror(argv[0]);
-        _exit(127);
-    }
     return pid;
 }
 
@@ -121,7 +96,7 @@ int lu_wait(pid_t pid, double timeout_s)
         }
         if (el > timeout_s + 10)
             kill(pid, SIGKILL);
-        sleep_ms(20);
+        zps_sleep_ms(20);
     }
     if (termed)
         return -1;
@@ -290,7 +265,7 @@ bool lu_all_gone(const char *run_dir)
         fclose(f);
         if (all)
             return true;
-        sleep_ms(50);
+        zps_sleep_ms(50);
     }
     return false;
 }
@@ -304,7 +279,7 @@ bool lu_wait_for(const char *path, const char *needle, double timeout_s)
         free(text);
         if (ok)
             return true;
-        sleep_ms(50);
+        zps_sleep_ms(50);
     }
     return false;
 }

@@ -15,13 +15,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <cmocka.h>
 
 #include "client.h"
 #include "error.h"
 #include "harness.h"
+#include "timeutil.h"
 #include "wire.h"
 
 #define MAX_SHARDS 4
@@ -319,8 +319,7 @@ static void test_pull_blocks_until_last_push(void **state)
     block_arg_t a = {&c, 0, 0.0f, -1};
     pthread_t th;
     pthread_create(&th, NULL, blocked_pull, &a);
-    struct timespec ts = {0, 400 * 1000000L};
-    nanosleep(&ts, NULL);
+    zps_sleep_ms(400);
     assert_int_equal(atomic_load(&a.done), 0); /* still waiting for worker 2 */
 
     assert_int_equal(zps_client_push(w[2], 0, &g2, 1, 1, NULL), 0);

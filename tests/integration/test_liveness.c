@@ -24,7 +24,6 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -33,6 +32,7 @@
 #include "client.h"
 #include "error.h"
 #include "harness.h"
+#include "timeutil.h"
 #include "wire.h"
 
 #define MAXW 4
@@ -45,12 +45,6 @@ typedef struct board {
 } board_t;
 
 static board_t *board;
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
 
 /* A training loop with a constant gradient, until killed. */
 static void worker_process(const char *endpoint, int w, long step_ms)
@@ -70,7 +64,7 @@ static void worker_process(const char *endpoint, int w, long step_ms)
         zps_reply_info_t info;
         if (zps_client_pull(c, t, &p, 1, &info) != 0)
             break;
-        sleep_ms(step_ms);
+        zps_sleep_ms(step_ms);
         if (zps_client_push(c, t, &g, 1, 1, &info) != 0)
             break;
         if (info.flags & ZPS_FLAG_REJOINED)
@@ -109,12 +103,13 @@ static bool wait_clock(int n, uint64_t clock, long ms)
             all &= atomic_load(&board->clock[w]) >= clock;
         if (all)
             return true;
-        sleep_ms(10);
+        zps_sleep_ms(10);
     }
     return false;
 }
 
-static char *stats_of(const char *endpoint)
+/* A tool's client (no worker rank) for one server, 5 s timeout. */
+static zps_client_t *tool_client(const char *endpoint)
 {
     const char *eps[1] = {endpoint};
     zps_client_opts_t o;
@@ -122,6 +117,12 @@ static char *stats_of(const char *endpoint)
     o.timeout_ms = 5000;
     zps_client_t *c;
     assert_int_equal(zps_client_new(eps, 1, &o, &c), 0);
+    return c;
+}
+
+static char *stats_of(const char *endpoint)
+{
+    zps_client_t *c = tool_client(endpoint);
     char *json = NULL;
     assert_int_equal(zps_client_stats(c, 0, &json), 0);
     zps_client_free(c);
@@ -130,12 +131,7 @@ static char *stats_of(const char *endpoint)
 
 static void init_model(const char *endpoint)
 {
-    const char *eps[1] = {endpoint};
-    zps_client_opts_t o;
-    zps_client_opts_default(&o);
-    o.timeout_ms = 5000;
-    zps_client_t *c;
-    assert_int_equal(zps_client_new(eps, 1, &o, &c), 0);
+    zps_client_t *c = tool_client(endpoint);
     float p = 1.0f;
     assert_int_equal(zps_client_init(c, &p, 1), 0);
     zps_client_free(c);
@@ -153,10 +149,10 @@ static void test_asp_progress_while_one_is_stopped(void **state)
     assert_true(wait_clock(2, 5, 10000));
 
     kill(pids[1], SIGSTOP);
-    sleep_ms(50);
+    zps_sleep_ms(50);
     uint64_t stopped_at = atomic_load(&board->clock[1]);
     uint64_t before = atomic_load(&board->clock[0]);
-    sleep_ms(600);
+    zps_sleep_ms(600);
     uint64_t after = atomic_load(&board->clock[0]);
     /* ~2 ms steps: well over 50 clocks in 600 ms if nothing holds it back. */
     if (after < before + 50)
@@ -173,7 +169,7 @@ static void test_bsp_eviction_and_rejoin(void **state)
     (void)state;
     memset(board, 0, sizeof(*board));
     harness_server_t srv;
-    const char *args[] = {"--workers", "3", "--mode", "bsp", "--lr", "0.01",
+    const char *args[] = {"--workers",        "3",   "--mode", "bsp", "--lr", "0.01",
                           "--worker-timeout", "0.6", NULL};
     assert_int_equal(harness_start(&srv, args), 0);
     pid_t pids[3];
@@ -188,9 +184,9 @@ static void test_bsp_eviction_and_rejoin(void **state)
     free(json);
 
     kill(pids[2], SIGSTOP);
-    sleep_ms(100);
+    zps_sleep_ms(100);
     uint64_t held = atomic_load(&board->clock[0]);
-    sleep_ms(300); /* within the timeout: everyone waits for worker 2 */
+    zps_sleep_ms(300); /* within the timeout: everyone waits for worker 2 */
     assert_true(atomic_load(&board->clock[0]) <= held + 1);
 
     /* After the timeout the others go on without it. */
@@ -204,7 +200,7 @@ static void test_bsp_eviction_and_rejoin(void **state)
     kill(pids[2], SIGCONT);
     uint64_t now0 = atomic_load(&board->clock[0]);
     for (long waited = 0; atomic_load(&board->clock[2]) < now0 && waited < 5000; waited += 10)
-        sleep_ms(10);
+        zps_sleep_ms(10);
     assert_true(atomic_load(&board->clock[2]) >= now0);
     json = stats_of(srv.endpoint);
     assert_non_null(strstr(json, "\"live\":[true,true,true]"));
@@ -213,9 +209,9 @@ static void test_bsp_eviction_and_rejoin(void **state)
     uint64_t c2 = atomic_load(&board->clock[2]);
     assert_true(wait_clock(3, c2 + 20, 5000));
     kill(pids[2], SIGSTOP);
-    sleep_ms(150);
+    zps_sleep_ms(150);
     held = atomic_load(&board->clock[0]);
-    sleep_ms(200);
+    zps_sleep_ms(200);
     assert_true(atomic_load(&board->clock[0]) <= held + 1);
     kill(pids[2], SIGCONT);
     for (int w = 0; w < 3; w++)
@@ -242,8 +238,8 @@ static void test_flood_gets_errors_not_memory(void **state)
 {
     (void)state;
     harness_server_t srv;
-    const char *args[] = {"--workers", "2", "--mode", "bsp", "--lr", "0.01",
-                          "--log-level", "error", NULL};
+    const char *args[] = {"--workers", "2",           "--mode", "bsp", "--lr",
+                          "0.01",      "--log-level", "error",  NULL};
     assert_int_equal(harness_start(&srv, args), 0);
     init_model(srv.endpoint);
 

@@ -19,13 +19,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <cmocka.h>
 
 #include "client.h"
 #include "error.h"
 #include "harness.h"
+#include "timeutil.h"
 #include "wire.h"
 
 enum { W = 4, CLOCKS = 200, N = 37 };
@@ -37,7 +37,7 @@ typedef struct run {
     const char *extra[6]; /* more server flags */
     uint32_t staleness;   /* SSP bound, for the checks */
     uint32_t backup;
-    bool same_gradients;  /* every worker pushes the same gradient at a clock */
+    bool same_gradients; /* every worker pushes the same gradient at a clock */
     bool inverse_lr;
     harness_server_t srv[2];
     const char *eps[2];
@@ -103,8 +103,7 @@ static void *worker(void *p)
             a->rc = -100;
             break;
         }
-        struct timespec ts = {0, (long)(rand_r(&seed) % 2500) * 1000L};
-        nanosleep(&ts, NULL);
+        zps_sleep_ms((double)(rand_r(&seed) % 2500) / 1000.0);
         for (int i = 0; i < N; i++)
             g[i] = grad(r, a->w, t, i);
         if ((a->rc = zps_client_push(c, t, g, N, batch_of(r, a->w, t), &info)) != 0) {
@@ -115,8 +114,7 @@ static void *worker(void *p)
         if (info.flags & ZPS_FLAG_DROPPED)
             a->dropped++;
         if (info.flags & ZPS_FLAG_RETRY) {
-            snprintf(a->why, sizeof(a->why), "push %llu treated as a retry",
-                     (unsigned long long)t);
+            snprintf(a->why, sizeof(a->why), "push %llu treated as a retry", (unsigned long long)t);
             a->rc = -101;
             break;
         }
@@ -146,8 +144,8 @@ static void run_mode(run_t *r)
     for (int s = 0; s < r->shards; s++) {
         char shard[32];
         snprintf(shard, sizeof(shard), "%d/%d", s, r->shards);
-        const char *args[16] = {"--workers", "4", "--shard", shard, "--lr", "0.01",
-                                "--mode", r->mode};
+        const char *args[16] = {"--workers", "4",    "--shard", shard,
+                                "--lr",      "0.01", "--mode",  r->mode};
         int n = 8;
         for (int k = 0; r->extra[k]; k++)
             args[n++] = r->extra[k];
@@ -252,7 +250,10 @@ static void test_bsp(void **state)
 static void test_bsp_backup(void **state)
 {
     (void)state;
-    run_t r = {.mode = "bsp", .shards = 2, .extra = {"--backup-workers", "1"}, .backup = 1,
+    run_t r = {.mode = "bsp",
+               .shards = 2,
+               .extra = {"--backup-workers", "1"},
+               .backup = 1,
                .same_gradients = true};
     run_mode(&r);
 }
@@ -275,8 +276,8 @@ static void test_asp(void **state)
 static void test_asp_inverse_lr(void **state)
 {
     (void)state;
-    run_t r = {.mode = "asp", .shards = 1, .extra = {"--lr-staleness", "inverse"},
-               .inverse_lr = true};
+    run_t r = {
+        .mode = "asp", .shards = 1, .extra = {"--lr-staleness", "inverse"}, .inverse_lr = true};
     run_mode(&r);
 }
 

@@ -18,7 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -26,6 +25,7 @@
 #include "client.h"
 #include "error.h"
 #include "harness.h"
+#include "timeutil.h"
 #include "wire.h"
 
 enum { W = 4, N = 301, SHARDS = 2, CLOCKS = 40, CUT = 20 };
@@ -41,9 +41,20 @@ static void start(cluster_t *c, bool resume)
     for (int i = 0; i < SHARDS; i++) {
         char shard[32];
         snprintf(shard, sizeof(shard), "%d/%d", i, SHARDS);
-        const char *args[] = {"--workers", "4", "--shard", shard, "--optimizer", "adam",
-                              "--lr", "0.01", "--checkpoint-dir", c->dir,
-                              "--checkpoint-every", "20", resume ? "--resume" : NULL, NULL};
+        const char *args[] = {"--workers",
+                              "4",
+                              "--shard",
+                              shard,
+                              "--optimizer",
+                              "adam",
+                              "--lr",
+                              "0.01",
+                              "--checkpoint-dir",
+                              c->dir,
+                              "--checkpoint-every",
+                              "20",
+                              resume ? "--resume" : NULL,
+                              NULL};
         assert_int_equal(harness_start(&c->srv[i], args), 0);
         c->eps[i] = c->srv[i].endpoint;
     }
@@ -152,8 +163,7 @@ static bool wait_file(const char *path)
     for (int i = 0; i < 1000; i++) {
         if (access(path, F_OK) == 0)
             return true;
-        struct timespec ts = {0, 10 * 1000000L};
-        nanosleep(&ts, NULL);
+        zps_sleep_ms(10);
     }
     return false;
 }
