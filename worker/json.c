@@ -296,6 +296,11 @@ const char *zps_json_string(const zps_json_t *v)
     return v && v->type == ZPS_JSON_STRING ? v->string : NULL;
 }
 
+bool zps_json_true(const zps_json_t *v)
+{
+    return v && v->type == ZPS_JSON_BOOL && v->boolean;
+}
+
 const zps_json_t *zps_json_at(const zps_json_t *v, size_t i)
 {
     if (!v || v->type != ZPS_JSON_ARRAY || i >= v->count)

@@ -51,6 +51,8 @@ const zps_json_t *zps_json_get(const zps_json_t *v, const char *key);
 double zps_json_number(const zps_json_t *v, double otherwise);
 /* The string v holds, or NULL. */
 const char *zps_json_string(const zps_json_t *v);
+/* True when v is the boolean true (false when NULL or anything else). */
+bool zps_json_true(const zps_json_t *v);
 /* Item i of an array, or NULL. */
 const zps_json_t *zps_json_at(const zps_json_t *v, size_t i);
 

@@ -150,8 +150,7 @@ static int add_step(wstat_t *w, const zps_json_t *o)
     r->delay_ms = num0(o, "delay_ms");
     r->batch = (uint32_t)num0(o, "batch");
     r->staleness = (uint32_t)num0(o, "staleness");
-    const zps_json_t *d = zps_json_get(o, "dropped");
-    r->dropped = d && d->type == ZPS_JSON_BOOL && d->boolean;
+    r->dropped = zps_json_true(zps_json_get(o, "dropped"));
     if (!w->have_start) {
         w->have_start = true;
         w->loop_start = r->wall - num0(o, "elapsed");
@@ -176,8 +175,7 @@ static int add_eval(zps_runstats_t *rs, wstat_t *w, const zps_json_t *o)
     e->epoch = num0(o, "epoch");
     e->accuracy = num(o, "test_accuracy");
     e->loss = num(o, "test_loss");
-    const zps_json_t *f = zps_json_get(o, "final");
-    e->final = f && f->type == ZPS_JSON_BOOL && f->boolean;
+    e->final = zps_json_true(zps_json_get(o, "final"));
     if (!w->have_start) {
         w->have_start = true;
         w->loop_start = e->wall - e->elapsed;
