@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The worked example of DESIGN.md driven entirely through the `zps` tool and
+# The README's worked example driven entirely through the `zps` tool and
 # real zps-server processes, plus the tool's exit-status contract:
 # 0 success, 1 refused by a server, 2 bad usage, 3 a pull that timed out.
 #
@@ -59,9 +59,18 @@ grep -q "skips ahead" "$dir/err" || fail "no reason printed: $(cat "$dir/err")"
 # pushed clock 1, the others have not.
 "$zps" push --servers "$one" --worker 0 --clock 1 --batch 1 --values 1
 expect_status 3 "$zps" pull --servers "$one" --worker 0 --clock 2 --timeout-ms 300
-# Raw float32 files work like --values.
-printf '\x00\x00\x20\x41' >"$dir/ten.f32"   # 10.0f, little-endian
-expect_status 0 "$zps" init --servers "$one" --file "$dir/ten.f32"
+# Raw little-endian float32 files work like --values. Fresh servers, so the
+# INIT from the file is the one that sets the model, and the values read back
+# must be the file's exactly: 10, -2.5, 0.1, 1234.5, 3e-7 split 2 + 3.
+start_server f0 --workers 1 --shard 0/2
+f0=$ep
+start_server f1 --workers 1 --shard 1/2
+f1=$ep
+printf '\x00\x00\x20\x41\x00\x00\x20\xc0\xcd\xcc\xcc\x3d\x00\x50\x9a\x44\xb0\x0f\xa1\x34' \
+    >"$dir/five.f32"
+"$zps" init --servers "$f0,$f1" --file "$dir/five.f32"
+got=$("$zps" pull --servers "$f0,$f1" | tr '\n' ' ')
+[ "$got" = "10 -2.5 0.1 1234.5 3e-07 " ] || fail "init --file: pulled '$got'"
 printf '\x00\x00\x20' >"$dir/short.f32"
 expect_status 2 "$zps" init --servers "$one" --file "$dir/short.f32"
 
