@@ -20,6 +20,10 @@
 #define SYNTH_W_STREAM 0x53594e5448570000ull
 #define SYNTH_TRAIN_STREAM 0x53594e5448540000ull
 #define SYNTH_TEST_STREAM 0x53594e5448450000ull
+#define SYNTH_TEACHER_STREAM 0x53594e5448430000ull
+
+/* The most classes a synthetic set may have. */
+#define SYNTH_MAX_CLASSES 65536u
 
 /* The largest IDX tensor we accept: 16 GiB of bytes is far beyond any set we use. */
 #define IDX_MAX_BYTES (1ull << 34)
@@ -280,13 +284,14 @@ int zps_dataset_load_fashion_mnist(const char *dir, const char *split, zps_datas
     return zps_dataset_load_idx(images, labels, 10, out, err, err_size);
 }
 
-/* ---- synthetic linear regression ---- */
+/* ---- synthetic sets ---- */
 
 void zps_synth_opts_default(zps_synth_opts_t *o, uint64_t seed)
 {
     o->n = 10000;
     o->n_test = 2000;
     o->dim = 16;
+    o->classes = 0;
     o->noise = 0.0;
     o->seed = seed;
 }
@@ -329,7 +334,58 @@ int zps_dataset_synthetic_linear(const zps_synth_opts_t *o, bool test, zps_datas
     return 0;
 }
 
-/* Parses "n=N,test=M,dim=D,noise=S,seed=X" into o. */
+int zps_dataset_synthetic_classes(const zps_synth_opts_t *o, bool test, zps_dataset_t *out)
+{
+    uint64_t n = test ? o->n_test : o->n;
+    if (n == 0 || n > UINT32_MAX || o->dim == 0 || o->classes < 2 ||
+        o->classes > SYNTH_MAX_CLASSES || !(o->noise >= 0))
+        return ZPS_EINVAL;
+    if (n > SIZE_MAX / sizeof(float) / o->dim)
+        return ZPS_ENOMEM;
+    uint32_t c = o->classes;
+    zps_dataset_t ds = {.n = n, .dim = o->dim, .classes = c};
+    ds.x = malloc((size_t)n * o->dim * sizeof(float));
+    ds.label = malloc((size_t)n * sizeof(int32_t));
+    ds.true_w = malloc((size_t)c * o->dim * sizeof(float));
+    if (!ds.x || !ds.label || !ds.true_w) {
+        zps_dataset_fini(&ds);
+        return ZPS_ENOMEM;
+    }
+
+    /* The teacher: one row of weights per class, no bias, so that no class
+     * is favoured before the weights are drawn. */
+    zps_rng_t r;
+    zps_rng_seed(&r, o->seed, SYNTH_TEACHER_STREAM);
+    for (size_t j = 0; j < (size_t)c * o->dim; j++)
+        ds.true_w[j] = (float)zps_rng_normal(&r);
+
+    /* The split's own stream gives x and the score noise, example by example. */
+    zps_rng_seed(&r, o->seed, test ? SYNTH_TEST_STREAM : SYNTH_TRAIN_STREAM);
+    for (uint64_t i = 0; i < n; i++) {
+        float *xi = ds.x + i * o->dim;
+        for (uint32_t j = 0; j < o->dim; j++)
+            xi[j] = (float)zps_rng_normal(&r);
+        uint32_t best = 0;
+        double best_score = 0;
+        for (uint32_t k = 0; k < c; k++) {
+            const float *tk = ds.true_w + (size_t)k * o->dim;
+            double score = 0;
+            for (uint32_t j = 0; j < o->dim; j++)
+                score += (double)tk[j] * xi[j];
+            if (o->noise > 0)
+                score += o->noise * zps_rng_normal(&r);
+            if (k == 0 || score > best_score) {
+                best = k;
+                best_score = score;
+            }
+        }
+        ds.label[i] = (int32_t)best;
+    }
+    *out = ds;
+    return 0;
+}
+
+/* Parses "n=N,test=M,dim=D,classes=C,noise=S,seed=X" into o. */
 static int parse_synth_opts(const char *text, zps_synth_opts_t *o, char *err, size_t err_size)
 {
     char **items = NULL;
@@ -339,6 +395,7 @@ static int parse_synth_opts(const char *text, zps_synth_opts_t *o, char *err, si
         return ZPS_EINVAL;
     }
     int rc = 0;
+    const char *bad_classes = NULL; /* points into items */
     for (size_t i = 0; i < count && rc == 0; i++) {
         char *key = items[i];
         char *val = strchr(key, '=');
@@ -349,6 +406,16 @@ static int parse_synth_opts(const char *text, zps_synth_opts_t *o, char *err, si
         *val++ = '\0';
         uint64_t u;
         double d;
+        if (strcmp(key, "classes") == 0) {
+            /* Its own message: classes=1 is a plausible slip worth naming. */
+            if (zps_parse_u64(val, &u) == 0 && u >= 2 && u <= SYNTH_MAX_CLASSES) {
+                o->classes = (uint32_t)u;
+            } else {
+                bad_classes = val;
+                rc = ZPS_EINVAL;
+            }
+            continue;
+        }
         if (strcmp(key, "n") == 0 && zps_parse_u64(val, &u) == 0 && u > 0)
             o->n = u;
         else if (strcmp(key, "test") == 0 && zps_parse_u64(val, &u) == 0 && u > 0)
@@ -362,11 +429,16 @@ static int parse_synth_opts(const char *text, zps_synth_opts_t *o, char *err, si
         else
             rc = ZPS_EINVAL;
     }
-    if (rc)
+    if (bad_classes)
+        zps_set_reason(err, err_size,
+                       "synthetic: bad classes=%s in '%s' (expected an integer from 2 to %u; "
+                       "leave classes out for a regression set)",
+                       bad_classes, text, SYNTH_MAX_CLASSES);
+    else if (rc)
         zps_set_reason(
             err, err_size,
-            "synthetic: bad option in '%s' (expected n=N,test=M,dim=D,noise=S,seed=X with "
-            "N, M, D >= 1 and S >= 0)",
+            "synthetic: bad option in '%s' (expected n=N,test=M,dim=D,classes=C,noise=S,seed=X "
+            "with N, M, D >= 1, C >= 2 and S >= 0)",
             text);
     free(items);
     return rc;
@@ -391,9 +463,11 @@ int zps_dataset_open(const char *spec, const char *dir, uint64_t seed, zps_datas
         zps_synth_opts_default(&o, seed);
         if (spec[9] == ':' && (rc = parse_synth_opts(spec + 10, &o, err, err_size)) != 0)
             return rc;
-        rc = zps_dataset_synthetic_linear(&o, false, &tr);
+        int (*make)(const zps_synth_opts_t *, bool, zps_dataset_t *) =
+            o.classes ? zps_dataset_synthetic_classes : zps_dataset_synthetic_linear;
+        rc = make(&o, false, &tr);
         if (rc == 0)
-            rc = zps_dataset_synthetic_linear(&o, true, &te);
+            rc = make(&o, true, &te);
         if (rc) {
             zps_dataset_fini(&tr);
             zps_set_reason(err, err_size, "synthetic: %s", zps_strerror(rc));
