@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "mean.h"
 #include "optimizer.h"
 #include "shard.h"
 
@@ -46,21 +47,12 @@ void zps_store_fini(zps_store_t *s);
 int zps_store_set(zps_store_t *s, uint64_t total, zps_range_t range, const float *values,
                   const zps_opt_config_t *cfg);
 
-/*
- * The example-weighted mean of k gradients, summed in the order given:
- *   acc = n[0]*g[0];  acc = acc + n[j]*g[j] for j = 1..k-1;  out = acc / (n[0]+...+n[k-1])
- * every operation in float32, the weights and their sum converted to float32.
- * grads: k pointers to [len] floats; n: [k] batch sizes (>= 1); out: [len].
- */
-void zps_weighted_mean(const float *const *grads, const uint32_t *n, size_t k, size_t len,
-                       float *restrict out);
-
 /* One optimizer step with gradient grad[len] (any gradient: a worker's or a mean). */
 void zps_store_apply(zps_store_t *s, const float *grad, double lr_scale);
 
 /*
  * BSP's step: one optimizer step with the example-weighted mean of the k
- * gradients (zps_weighted_mean's arithmetic), computed and applied block by
+ * gradients (mean.h's arithmetic), computed and applied block by
  * block in one pass over memory. When `copy` is not NULL the new parameters
  * are also copied to copy[len] in that pass and their CRC32C is returned
  * (the payload of the pulls that follow); otherwise 0 is returned. Bit for

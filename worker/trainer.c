@@ -2,7 +2,8 @@
  * trainer.c - the training loops of zps-worker; see trainer.h.
  *
  * One iteration, distributed:   pull(t) -> batch -> forward/backward -> pad, delay -> push(t)
- * One iteration, --local:       union batch -> forward/backward -> pad, delay -> optimizer step
+ * One iteration, --local:       per simulated worker: batch -> forward/backward, into the
+ *                               weighted mean (mean.h) -> pad, delay -> optimizer step
  * Both time every phase and write one metrics line per clock. "pad, delay"
  * sleeps: up to the base step time, then the straggler schedule's delay
  * (straggler.h), so a slow step is slow where a slow computation would be.
@@ -20,6 +21,7 @@
 #include "error.h"
 #include "json.h"
 #include "log.h"
+#include "mean.h"
 #include "metrics.h"
 #include "model.h"
 #include "strbuf.h"
@@ -70,6 +72,7 @@ void zps_trainer_config_default(zps_trainer_config_t *cfg)
     cfg->rank = 0;
     cfg->workers = 1;
     cfg->timeout_ms = -1;
+    cfg->wait_log_ms = 10000;
     cfg->data = "fashion-mnist";
     cfg->data_dir = "/usr/share/datasets/fashion-mnist";
     cfg->batch = 64;
@@ -160,7 +163,8 @@ static int make_backend(trainer_t *T)
 {
     const zps_trainer_config_t *cfg = T->cfg;
     uint64_t per_worker = zps_partition_max_batch(&T->part);
-    uint64_t mb = cfg->local ? per_worker * cfg->workers : per_worker;
+    /* --local computes one simulated worker's batch at a time, too. */
+    uint64_t mb = per_worker;
     if (mb > T->train.n)
         mb = T->train.n;
     T->max_batch = (size_t)mb;
@@ -270,15 +274,10 @@ static int write_run_header(trainer_t *T)
 
 /* ---- one step's pieces ---- */
 
-/*
- * Gathers the batch for (epoch, step): worker `first`'s when first == last,
- * else the union of workers first..last in rank order. Returns its size.
- */
-static size_t gather(trainer_t *T, uint64_t epoch, uint64_t step, uint32_t first, uint32_t last)
+/* Gathers worker w's batch for (epoch, step) into the staging area; returns its size. */
+static size_t gather(trainer_t *T, uint64_t epoch, uint64_t step, uint32_t w)
 {
-    size_t n = 0;
-    for (uint32_t w = first; w <= last; w++)
-        n += zps_data_order_batch(&T->order, epoch, w, step, T->idx + n);
+    size_t n = zps_data_order_batch(&T->order, epoch, w, step, T->idx);
     ZPS_ASSERT(n <= T->max_batch);
     zps_dataset_gather(&T->train, T->idx, n, T->x, T->label, T->target);
     return n;
@@ -452,11 +451,61 @@ static void inject_delay(trainer_t *T, uint64_t clock, double compute_ms, zps_st
 
 /* ---- the loops ---- */
 
+/*
+ * --local's gradient for clock t, into mean[nparams]: each simulated
+ * worker's batch goes through the backend on its own, as that worker would
+ * compute it, and the W gradients are combined with the servers' example-
+ * weighted mean in rank order (mean.h). That is the gradient over the union
+ * of the batches, and computed this way a BSP cluster equals --local bit for
+ * bit, not just up to rounding: one gradient over the union batch rounds
+ * differently, a difference of 1e-7 flips a ReLU now and then, and training
+ * amplifies it (momentum with 4 workers ended 6% apart after 200 clocks).
+ * Fills the record's batch, loss (the example-weighted mean) and timings.
+ */
+static int local_gradient(trainer_t *T, uint64_t t, uint32_t *counts, float *mean,
+                          zps_step_record_t *r)
+{
+    const uint32_t W = T->cfg->workers;
+    const float *grad = zps_backend_grad(T->be);
+    zps_partition_clock(&T->part, t, &r->epoch, &r->step);
+    uint64_t total = 0;
+    for (uint32_t w = 0; w < W; w++) {
+        uint64_t lo, hi;
+        zps_partition_batch_range(&T->part, w, r->step, &lo, &hi);
+        counts[w] = (uint32_t)(hi - lo);
+        total += counts[w];
+    }
+    const float denom = zps_mean_denominator(counts, W);
+    double loss = 0.0;
+    for (uint32_t w = 0; w < W; w++) {
+        uint64_t t0 = zps_now_ns();
+        size_t n = gather(T, r->epoch, r->step, w);
+        ZPS_ASSERT(n == counts[w]);
+        r->data_ms += ms_since(t0);
+        zps_step_record_t one = {.clock = t};
+        int rc = train_batch(T, n, t, &one);
+        if (rc)
+            return rc;
+        r->forward_ms += one.forward_ms;
+        r->backward_ms += one.backward_ms;
+        r->copy_ms += one.copy_ms;
+        loss += one.loss * (double)n;
+        uint64_t t1 = zps_now_ns();
+        zps_weighted_mean_term(mean, grad, (float)counts[w], denom, w, W, T->model.nparams);
+        r->update_ms += ms_since(t1);
+    }
+    r->batch = total;
+    r->loss = loss / (double)total;
+    return 0;
+}
+
 static int run_local(trainer_t *T)
 {
     const zps_trainer_config_t *cfg = T->cfg;
     char why[256];
     zps_optimizer_t *opt = NULL;
+    uint32_t *counts = NULL;
+    float *mean = NULL;
     int rc = zps_opt_config_check(&cfg->opt, why, sizeof(why));
     if (rc) {
         zps_error("optimizer: %s", why);
@@ -466,8 +515,15 @@ static int run_local(trainer_t *T)
         zps_error("optimizer: %s", zps_strerror(rc));
         return rc;
     }
+    counts = malloc(cfg->workers * sizeof(*counts));
+    mean = malloc((T->model.nparams ? T->model.nparams : 1) * sizeof(*mean));
+    if (!counts || !mean) {
+        zps_error("out of memory for the mean gradient of %llu parameters",
+                  (unsigned long long)T->model.nparams);
+        rc = ZPS_ENOMEM;
+        goto done;
+    }
     float *params = zps_backend_params(T->be);
-    const float *grad = zps_backend_grad(T->be);
     zps_model_init_params(&T->model, cfg->seed, params);
     zps_info("local training: %u simulated workers x batch %u, %llu steps per epoch, %llu "
              "clocks, optimizer %s lr %g",
@@ -480,16 +536,12 @@ static int run_local(trainer_t *T)
             goto done;
         uint64_t t0 = zps_now_ns();
         zps_step_record_t r = {.clock = t};
-        zps_partition_clock(&T->part, t, &r.epoch, &r.step);
-        size_t n = gather(T, r.epoch, r.step, 0, cfg->workers - 1);
-        r.batch = n;
-        r.data_ms = ms_since(t0);
-        if ((rc = train_batch(T, n, t, &r)) != 0)
+        if ((rc = local_gradient(T, t, counts, mean, &r)) != 0)
             goto done;
         inject_delay(T, t, ms_since(t0), &r);
         uint64_t t1 = zps_now_ns();
-        zps_optimizer_step(opt, params, grad, 1.0);
-        r.update_ms = ms_since(t1);
+        zps_optimizer_step(opt, params, mean, 1.0);
+        r.update_ms += ms_since(t1);
         r.version = t;
         r.step_ms = ms_since(t0);
         if ((rc = record_step(T, &r)) != 0)
@@ -499,6 +551,8 @@ static int run_local(trainer_t *T)
     if (rc == 0)
         rc = save_params(T);
 done:
+    free(mean);
+    free(counts);
     zps_optimizer_free(opt);
     return rc;
 }
@@ -586,6 +640,7 @@ static int run_distributed(trainer_t *T)
     zps_client_opts_default(&co);
     co.worker = (int)cfg->rank;
     co.timeout_ms = cfg->timeout_ms;
+    co.wait_log_ms = cfg->wait_log_ms;
     zps_client_t *client = NULL;
     int rc = zps_client_new(cfg->servers, cfg->server_count, &co, &client);
     if (rc) {
@@ -644,7 +699,7 @@ static int run_distributed(trainer_t *T)
         }
         uint64_t t1 = zps_now_ns();
         zps_partition_clock(&T->part, t, &r.epoch, &r.step);
-        size_t nb = gather(T, r.epoch, r.step, cfg->rank, cfg->rank);
+        size_t nb = gather(T, r.epoch, r.step, cfg->rank);
         r.batch = nb;
         r.data_ms = ms_since(t1);
         if ((rc = train_batch(T, nb, t, &r)) != 0)
