@@ -110,8 +110,30 @@ static int check_name(const char *path, const zps_ckpt_t *c, char *why, size_t w
     return 0;
 }
 
+static void usage(void)
+{
+    printf("usage: zps checkpoint inspect FILE\n"
+           "\n"
+           "Prints a shard checkpoint's header, every section with its stored and computed\n"
+           "CRC32C, and the shard state it holds, and says whether --resume would accept it.\n"
+           "A FILE whose name starts with '-' is given as ./-NAME.\n"
+           "\n"
+           "Exit status: 0 valid, 1 invalid or corrupt, 2 unreadable or bad usage.\n");
+}
+
 int zps_cmd_checkpoint_inspect(const char *path)
 {
+    if (strcmp(path, "--help") == 0 || strcmp(path, "-h") == 0) {
+        usage();
+        return EXIT_VALID;
+    }
+    if (path[0] == '-') {
+        fprintf(stderr,
+                "zps checkpoint inspect: unknown option '%s'\n"
+                "Try 'zps checkpoint inspect --help'.\n",
+                path);
+        return EXIT_UNUSABLE;
+    }
     zps_ckpt_scan_t scan;
     char why[512] = "";
     int rc = zps_ckpt_verify(path, &scan, why, sizeof(why));

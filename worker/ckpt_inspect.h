@@ -12,7 +12,9 @@
  * whole file once or twice. Returns the process exit status: 0 the file is a
  * valid checkpoint that --resume would accept, 1 it is invalid or corrupt
  * (the first problem is named on the last line), 2 the path cannot be used
- * (missing, unreadable, not a regular file).
+ * (missing, unreadable, not a regular file). `path` "--help" or "-h" prints
+ * the command's usage on stdout and returns 0; any other path that starts
+ * with '-' is taken for an unknown option: said on stderr, returns 2.
  */
 int zps_cmd_checkpoint_inspect(const char *path);
 

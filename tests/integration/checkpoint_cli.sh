@@ -43,6 +43,11 @@ v1=$ck/shard-0-of-1-v00000000000000000001.zpsckpt
 v2=$ck/shard-0-of-1-v00000000000000000002.zpsckpt
 "$zps" checkpoint inspect "$v2" >"$dir/inspect" || fail "inspect of a good file: $(cat "$dir/inspect")"
 grep -q "momentum" "$dir/inspect" || fail "inspect shows no optimizer: $(cat "$dir/inspect")"
+# --help is the command's usage, not a file; another option is bad usage.
+expect_status 0 "$zps" checkpoint inspect --help
+grep -q "^usage: zps checkpoint inspect FILE" "$dir/out" || fail "inspect --help: $(cat "$dir/out")"
+expect_status 2 "$zps" checkpoint inspect --frobnicate
+grep -q "unknown option" "$dir/err" || fail "inspect --frobnicate: $(cat "$dir/err")"
 
 # Damaged copies, each refused by inspect and by the server with its own reason.
 cp "$v2" "$dir/trunc.zpsckpt"; truncate -s -7 "$dir/trunc.zpsckpt"
