@@ -40,6 +40,8 @@ enum {
     ZPS_FLAG_DROPPED = 1u << 2, /* PUSH reply: too late for its step (backup workers); dropped */
     ZPS_FLAG_REJOINED = 1u << 3, /* reply: the worker had been evicted and is admitted again */
     ZPS_FLAG_BUFFERED = 1u << 4, /* PUSH reply: kept until its clock's step is taken */
+    ZPS_FLAG_WAIT = 1u << 5,     /* PULL request of an observer: answer with the model of its
+                                  * clock once it exists, not at once (zps_stale_observe) */
 };
 
 #define ZPS_ERROR_TEXT_MAX 256

@@ -20,6 +20,7 @@ typedef struct waiting_pull {
     uint64_t clock;
     uint64_t request_id;
     uint64_t token;
+    bool observe; /* an observer waiting for the model of `clock` (zps_stale_observe) */
 } waiting_pull_t;
 
 struct zps_staleness {
@@ -253,9 +254,51 @@ static bool pull_ready(const zps_staleness_t *st, int32_t w, uint64_t t)
     return false;
 }
 
+/* The model of clock t exists: every update of every clock before t is in. */
+static bool model_of_clock_ready(const zps_staleness_t *st, uint64_t t)
+{
+    if (!st->initialized)
+        return false;
+    if (st->cfg.mode == ZPS_MODE_BSP)
+        return st->version >= t;
+    return zps_stale_min_clock(st) >= t;
+}
+
+static bool waiting_ready(const zps_staleness_t *st, const waiting_pull_t *p)
+{
+    return p->observe ? model_of_clock_ready(st, p->clock) : pull_ready(st, p->worker, p->clock);
+}
+
 static uint32_t pool_of(const zps_staleness_t *st, int32_t w)
 {
     return w < 0 ? st->cfg.workers : (uint32_t)w;
+}
+
+/* Parks pull (w, t) unless it is a duplicate or its pool is full. */
+static int park(zps_staleness_t *st, int32_t w, bool observe, uint64_t t, uint64_t request_id,
+                uint64_t token, zps_pull_result_t *out, uint64_t *existing, char *why,
+                size_t why_size)
+{
+    for (size_t i = 0; i < st->nwaiting; i++) {
+        const waiting_pull_t *p = &st->waiting[i];
+        if (p->worker == w && p->observe == observe && p->request_id == request_id &&
+            p->clock == t) {
+            *existing = p->token;
+            *out = ZPS_PULL_DUPLICATE;
+            return 0;
+        }
+    }
+    uint32_t pool = pool_of(st, w);
+    if (st->waiting_per[pool] >= st->cfg.max_pending) {
+        zps_set_reason(why, why_size, "%u pulls of this worker are already waiting (the limit)",
+                       st->waiting_per[pool]);
+        return ZPS_EBUSY;
+    }
+    ZPS_ASSERT(st->nwaiting < st->cap);
+    st->waiting[st->nwaiting++] = (waiting_pull_t){w, t, request_id, token, observe};
+    st->waiting_per[pool]++;
+    *out = ZPS_PULL_QUEUED;
+    return 0;
 }
 
 int zps_stale_pull(zps_staleness_t *st, int32_t w, uint64_t t, uint64_t request_id, uint64_t token,
@@ -276,25 +319,17 @@ int zps_stale_pull(zps_staleness_t *st, int32_t w, uint64_t t, uint64_t request_
         *out = ZPS_PULL_READY;
         return 0;
     }
-    for (size_t i = 0; i < st->nwaiting; i++) {
-        if (st->waiting[i].worker == w && st->waiting[i].request_id == request_id &&
-            st->waiting[i].clock == t) {
-            *existing = st->waiting[i].token;
-            *out = ZPS_PULL_DUPLICATE;
-            return 0;
-        }
+    return park(st, w, false, t, request_id, token, out, existing, why, why_size);
+}
+
+int zps_stale_observe(zps_staleness_t *st, uint64_t t, uint64_t request_id, uint64_t token,
+                      zps_pull_result_t *out, uint64_t *existing, char *why, size_t why_size)
+{
+    if (model_of_clock_ready(st, t)) {
+        *out = ZPS_PULL_READY;
+        return 0;
     }
-    uint32_t pool = pool_of(st, w);
-    if (st->waiting_per[pool] >= st->cfg.max_pending) {
-        zps_set_reason(why, why_size, "%u pulls of this worker are already waiting (the limit)",
-                       st->waiting_per[pool]);
-        return ZPS_EBUSY;
-    }
-    ZPS_ASSERT(st->nwaiting < st->cap);
-    st->waiting[st->nwaiting++] = (waiting_pull_t){w, t, request_id, token};
-    st->waiting_per[pool]++;
-    *out = ZPS_PULL_QUEUED;
-    return 0;
+    return park(st, -1, true, t, request_id, token, out, existing, why, why_size);
 }
 
 /* Removes the waiting pulls that are ready (or all of them), oldest first; writes their tokens. */
@@ -303,7 +338,7 @@ static size_t take_where(zps_staleness_t *st, bool all, uint64_t *tokens, size_t
     size_t n = 0, kept = 0;
     for (size_t i = 0; i < st->nwaiting; i++) {
         waiting_pull_t p = st->waiting[i];
-        if (n < max && (all || pull_ready(st, p.worker, p.clock))) {
+        if (n < max && (all || waiting_ready(st, &p))) {
             tokens[n++] = p.token;
             st->waiting_per[pool_of(st, p.worker)]--;
         } else {

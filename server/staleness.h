@@ -20,6 +20,10 @@
  *   SSP   applied on arrival                 min_clock >= t - s
  *   ASP   applied on arrival                 always
  *
+ * Observers (worker -1) are answered at once, or, when they ask for the
+ * model OF clock t (zps_stale_observe), once v >= t (BSP) or min_clock >= t
+ * (SSP, ASP).
+ *
  * Pulls that are not ready wait in a bounded queue inside the state machine,
  * each identified by an opaque token of the caller's; zps_stale_take_ready
  * hands back the tokens that became ready after any event.
@@ -110,6 +114,17 @@ typedef enum zps_pull_result {
 int zps_stale_pull(zps_staleness_t *st, int32_t w, uint64_t t, uint64_t request_id,
                    uint64_t token, zps_pull_result_t *out, uint64_t *existing, char *why,
                    size_t why_size);
+
+/*
+ * An observer (an evaluator, a tool with --wait) pulls the model OF clock t:
+ * the pull is answered once every update of every clock before t is in --
+ * BSP: v >= t (so a pull parked before the step gets exactly version t);
+ * SSP/ASP: min_clock >= t. It never holds anyone back, and has no clock of
+ * its own to skip ahead of. It shares the observers' pool of waiting pulls.
+ * Returns 0 with a result, or ZPS_EBUSY (the pool is full).
+ */
+int zps_stale_observe(zps_staleness_t *st, uint64_t t, uint64_t request_id, uint64_t token,
+                      zps_pull_result_t *out, uint64_t *existing, char *why, size_t why_size);
 
 /*
  * Removes up to `max` waiting pulls that the rules now allow, oldest first,

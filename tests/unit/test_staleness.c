@@ -28,6 +28,7 @@ enum op {
     EVICT,  /* a = worker */
     REJOIN, /* a = worker, b = expected clock */
     VER,    /* b = expected version, c = expected min_clock */
+    OBSERVE, /* an observer asks for the model of clock b, token c; expect as PULL */
     END,
 };
 
@@ -149,6 +150,19 @@ static void run(zps_staleness_t *st, const step_t *script)
                          (unsigned long long)zps_stale_min_clock(st), (unsigned long long)s->b,
                          s->c);
             break;
+        case OBSERVE: {
+            zps_pull_result_t r;
+            uint64_t existing = 0;
+            int rc = zps_stale_observe(st, s->b, (uint64_t)s->c, (uint64_t)s->c, &r, &existing,
+                                       why, sizeof(why));
+            if (s->expect < 0 ? rc != s->expect : (rc != 0 || (int)r != s->expect))
+                fail_msg("%s: observe t%llu: rc %s result %d, expected %d", where,
+                         (unsigned long long)s->b, zps_errname(rc), rc ? -1 : (int)r, s->expect);
+            if (r == ZPS_PULL_DUPLICATE && (int)existing != s->c)
+                fail_msg("%s: observe t%llu: duplicate of token %llu", where,
+                         (unsigned long long)s->b, (unsigned long long)existing);
+            break;
+        }
         case END:
             break;
         }
@@ -415,6 +429,71 @@ static void test_observer_and_init(void **state)
     zps_stale_free(st);
 }
 
+/*
+ * An observer asking for the model OF clock t (an evaluator) waits for it --
+ * BSP: version t; SSP and ASP: every worker has pushed every clock before t
+ * -- and never holds a worker back.
+ */
+static void test_observe_clock(void **state)
+{
+    (void)state;
+    zps_staleness_t *st = make(ZPS_MODE_BSP, 2, 0, 0);
+    const step_t bsp[] = {
+        {OBSERVE, 0, 0, 1, RDY_, {0}}, /* the model of clock 0 is the initial one */
+        {OBSERVE, 0, 1, 2, Q_, {0}},
+        {OBSERVE, 0, 1, 2, DUP_, {0}},
+        {PUSH, 0, 0, 0, BUF_, {0}},
+        {PULL, 0, 1, 3, Q_, {0}},
+        {READY, 0, 0, 0, 0, {0}},
+        {PUSH, 1, 0, 0, BUF_, {0}},
+        {STEP, 0, 0, 2, 0, {0, 1}},
+        {READY, 0, 0, 2, 0, {2, 3}}, /* exactly version 1, the observer among the workers */
+        {OBSERVE, 0, 3, 4, Q_, {0}},
+        {OBSERVE, 0, 2, 5, Q_, {0}},
+        {OBSERVE, 0, 4, 6, Q_, {0}},
+        {OBSERVE, 0, 5, 7, Q_, {0}},
+        {OBSERVE, 0, 6, 8, ZPS_EBUSY, {0}}, /* the observers' pool holds max_pending (4) */
+        {PUSH, 0, 1, 0, BUF_, {0}},
+        {PUSH, 1, 1, 0, BUF_, {0}},
+        {STEP, 0, 1, 2, 0, {0, 1}},
+        {READY, 0, 0, 1, 0, {5}},
+        E,
+    };
+    run(st, bsp);
+    zps_stale_free(st);
+
+    /* SSP(2): worker 0 may run 2 clocks ahead of worker 1; the observer of
+     * clock 2 waits until worker 1 has pushed clocks 0 and 1 too. */
+    st = make(ZPS_MODE_SSP, 2, 2, 0);
+    const step_t ssp[] = {
+        {PUSH, 0, 0, 0, APPLY_, {0}},
+        {PUSH, 0, 1, 0, APPLY_, {0}},
+        {PULL, 0, 2, 1, RDY_, {0}},
+        {OBSERVE, 0, 2, 2, Q_, {0}},
+        {PUSH, 1, 0, 0, APPLY_, {0}},
+        {READY, 0, 0, 0, 0, {0}},
+        {PUSH, 1, 1, 0, APPLY_, {0}},
+        {READY, 0, 0, 1, 0, {2}},
+        E,
+    };
+    run(st, ssp);
+    zps_stale_free(st);
+
+    st = make(ZPS_MODE_ASP, 2, 0, 0);
+    const step_t asp[] = {
+        {OBSERVE, 0, 1, 1, Q_, {0}},
+        {PUSH, 0, 0, 0, APPLY_, {0}},
+        {PUSH, 0, 1, 0, APPLY_, {0}},
+        {PULL, 0, 2, 2, RDY_, {0}},
+        {READY, 0, 0, 0, 0, {0}},
+        {EVICT, 1, 0, 0, 0, {0}}, /* a worker gone for good no longer counts */
+        {READY, 0, 0, 1, 0, {1}},
+        E,
+    };
+    run(st, asp);
+    zps_stale_free(st);
+}
+
 /* The waiting room is bounded per worker: a flood gets ZPS_EBUSY, not memory. */
 static void test_pending_bound(void **state)
 {
@@ -476,6 +555,7 @@ int main(void)
         cmocka_unit_test(test_bsp_evict_rejoin),
         cmocka_unit_test(test_ssp_evict_rejoin),
         cmocka_unit_test(test_observer_and_init),
+        cmocka_unit_test(test_observe_clock),
         cmocka_unit_test(test_pending_bound),
         cmocka_unit_test(test_config_errors),
     };
