@@ -41,7 +41,8 @@
     X(ZPS_EDATA, -24, "bad data file")                                                             \
     X(ZPS_ENODEV, -25, "no usable device")                                                         \
     X(ZPS_EAGAIN, -26, "nothing ready; try again")                                                 \
-    X(ZPS_EINITED, -27, "model already initialised with other values")
+    X(ZPS_EINITED, -27, "model already initialised with other values")                            \
+    X(ZPS_EUNREACHABLE, -28, "no connection to the server")
 
 enum zps_error {
 #define ZPS_ERROR_ENUM(name, value, text) name = value,
