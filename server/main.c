@@ -38,7 +38,7 @@ static void usage(FILE *f)
             "  --backup-workers B     BSP: take each step once W-B pushes are in (default 0)\n"
             "  --max-pending-pulls K  waiting pulls allowed per worker (default 4)\n"
             "  --lr-staleness RULE    pushes applied on arrival (ssp, asp): none (default), or\n"
-            "                         inverse: lr / (1 + staleness) (Zhang et al. 2016)\n"
+            "                         inverse: lr / (1 + update staleness) (Zhang et al. 2016)\n"
             "  --worker-timeout SEC   evict a worker silent for SEC seconds so the others go\n"
             "                         on; it rejoins at the current clock (default 0: never)\n"
             "\n"

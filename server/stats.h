@@ -1,9 +1,11 @@
 /*
  * stats.h - what a shard counts about itself, for STATS replies and logs.
  *
- * Plain counters and two histograms: one over small integers (staleness of
- * applied pushes) and one over durations with about 6% resolution (how long
- * pulls waited). No I/O, no locking: the server's loop owns them.
+ * Plain counters and two histograms: one over small integers (the update
+ * staleness of applied pushes, in updates: optimizer steps applied between the
+ * version a gradient was computed on and the one it lands on) and one over
+ * durations with about 6% resolution (how long pulls waited). No I/O, no
+ * locking: the server's loop owns them.
  */
 #ifndef ZPS_STATS_H
 #define ZPS_STATS_H
