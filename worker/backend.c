@@ -2,14 +2,22 @@
  * backend.c - the backend registry: which backends this build has, how
  * "auto" chooses, and the checks every backend relies on. The only file of
  * the trainer that mentions ZPS_CUDA.
+ *
+ * cpu is linked in. cuda is a module (backend_module.h), loaded at most once
+ * per process and only when asked for, by name or by "auto" on a machine
+ * with an NVIDIA driver.
  */
 #include "backend.h"
 
+#include <dlfcn.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend_module.h"
 #include "error.h"
 #include "log.h"
 
@@ -22,14 +30,39 @@ struct zps_backend {
     float *grad;   /* [nparams], owned by ctx */
 };
 
-/* The backends compiled into this build, in the order "auto" tries them. */
-static const zps_backend_ops_t *const registry[] = {
+/* The cuda module's file name; the build puts it beside zps-worker and
+ * installs it where backend_module.h looks. */
 #ifdef ZPS_CUDA
-    &zps_backend_cuda_ops,
+static const char *const cuda_module = "libzps_backend_cuda.so";
+#else
+static const char *const cuda_module = NULL;
 #endif
-    &zps_backend_cpu_ops,
-};
-#define REGISTRY_SIZE (sizeof(registry) / sizeof(registry[0]))
+
+/* What this process found out about CUDA, each part once. */
+static pthread_once_t driver_once = PTHREAD_ONCE_INIT;
+static char no_driver[256]; /* why there is no NVIDIA driver; "" when there is one */
+static pthread_once_t cuda_once = PTHREAD_ONCE_INIT;
+static const zps_backend_ops_t *cuda_ops; /* NULL when the module did not load */
+static char cuda_why[768];                /* why it did not */
+static atomic_flag auto_said = ATOMIC_FLAG_INIT;
+
+static void probe_driver(void)
+{
+    /* Every CUDA runtime needs the driver's library; when it is absent the
+     * answer costs one failed open instead of loading cuBLAS to find out.
+     * When present it stays open: the runtime opens it again anyway. */
+    if (!dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL))
+        zps_set_reason(no_driver, sizeof(no_driver), "cuda: no NVIDIA driver (%s)", dlerror());
+}
+
+static void load_cuda(void)
+{
+    if (!cuda_module)
+        zps_set_reason(cuda_why, sizeof(cuda_why),
+                       "cuda: this build has no CUDA backend module (built without nvcc)");
+    else
+        zps_backend_module_load(cuda_module, &cuda_ops, cuda_why, sizeof(cuda_why));
+}
 
 void zps_backend_opts_default(zps_backend_opts_t *o)
 {
@@ -71,31 +104,52 @@ int zps_backend_new(const char *name, const zps_model_t *m, const zps_backend_op
                        o->max_batch, o->blas_threads, o->device);
         return ZPS_EINVAL;
     }
-    if (strcmp(name, "auto") == 0) {
-        /* Try each compiled backend in order; the last (cpu) always exists. */
-        char why[256] = "not compiled in (built without CUDA)";
-        for (size_t i = 0; i < REGISTRY_SIZE; i++) {
-            int rc = create_with(registry[i], m, o, out, why, sizeof(why));
-            if (rc == 0) {
-                zps_info("backend auto: using %s", zps_backend_describe(*out));
-                return 0;
-            }
-            if (rc != ZPS_ENODEV) {
-                zps_set_reason(err, err_size, "%s", why);
-                return rc;
-            }
-            zps_info("backend auto: %s unusable (%s); trying the next", registry[i]->name, why);
-        }
-        zps_set_reason(err, err_size, "no backend usable");
-        return ZPS_ENODEV;
-    }
-    for (size_t i = 0; i < REGISTRY_SIZE; i++)
-        if (strcmp(name, registry[i]->name) == 0)
-            return create_with(registry[i], m, o, out, err, err_size);
+    if (strcmp(name, "cpu") == 0)
+        return create_with(&zps_backend_cpu_ops, m, o, out, err, err_size);
     if (strcmp(name, "cuda") == 0) {
-        zps_set_reason(err, err_size,
-                       "cuda: this zps-worker was built without CUDA (nvcc not found)");
-        return ZPS_ENODEV;
+        /* Asked for by name: the module first, so that a missing or stale
+         * one is reported as such on any machine, then the driver. */
+        pthread_once(&cuda_once, load_cuda);
+        if (!cuda_ops) {
+            zps_set_reason(err, err_size, "%s", cuda_why);
+            return ZPS_ENODEV;
+        }
+        pthread_once(&driver_once, probe_driver);
+        if (no_driver[0]) {
+            zps_set_reason(err, err_size, "%s", no_driver);
+            return ZPS_ENODEV;
+        }
+        return create_with(cuda_ops, m, o, out, err, err_size);
+    }
+    if (strcmp(name, "auto") == 0) {
+        /* cuda when it works, else cpu. Why cuda was passed over is a fact
+         * about the machine, said once at debug level; the trainer's info
+         * line names the backend in use. A driver without a loadable
+         * module is a broken install, and worth a warning. */
+        char why[768] = "";
+        enum zps_log_level level = ZPS_LOG_DEBUG;
+        pthread_once(&driver_once, probe_driver);
+        if (no_driver[0]) {
+            zps_set_reason(why, sizeof(why), "%s", no_driver);
+        } else {
+            pthread_once(&cuda_once, load_cuda);
+            if (!cuda_ops) {
+                zps_set_reason(why, sizeof(why), "%s", cuda_why);
+                if (cuda_module)
+                    level = ZPS_LOG_WARN;
+            } else {
+                int rc = create_with(cuda_ops, m, o, out, why, sizeof(why));
+                if (rc == 0)
+                    return 0;
+                if (rc != ZPS_ENODEV) {
+                    zps_set_reason(err, err_size, "%s", why);
+                    return rc;
+                }
+            }
+        }
+        if (!atomic_flag_test_and_set(&auto_said))
+            zps_log(level, "backend auto: %s; using cpu", why);
+        return create_with(&zps_backend_cpu_ops, m, o, out, err, err_size);
     }
     zps_set_reason(err, err_size, "unknown backend '%s' (cpu, cuda or auto)", name);
     return ZPS_EINVAL;

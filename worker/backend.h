@@ -11,7 +11,10 @@
  * Backends are a table of function pointers (zps_backend_ops_t) plus a
  * context. backend.c is the registry: the only place that knows which
  * backends exist and the only place with #ifdef ZPS_CUDA. The cpu backend
- * (OpenBLAS) is the reference every other backend is tested against.
+ * (OpenBLAS) is linked in and is the reference every other backend is
+ * tested against; the cuda backend is a loadable module
+ * (libzps_backend_cuda.so, see backend_module.h), so that zps-worker links
+ * no CUDA library and a run without a GPU never loads cuBLAS.
  *
  * Threading: a backend is used by one thread at a time. Every call blocks
  * until its results are in host memory.
@@ -61,12 +64,17 @@ typedef struct zps_backend zps_backend_t;
 
 /*
  * Creates backend `name` ("cpu", "cuda" or "auto") for model `m` (copied).
- * "auto" takes cuda when a device works and otherwise cpu, and logs which
- * and why. Returns 0; ZPS_ENODEV when the named backend cannot run here
- * (cuda without a device or not compiled in); ZPS_EINVAL for an unknown name
- * or bad options; ZPS_ENOMEM. A one-line reason goes to err[err_size] (may
- * be NULL). *out is written only on success. The new backend's parameter
- * and gradient buffers are zeroed.
+ * "cuda" loads the cuda module on first use (blocks for its start-up,
+ * about 0.2 s). "auto" takes cuda when an NVIDIA driver is installed, the
+ * module loads and a device works, and otherwise cpu; it looks for the
+ * driver library first, so a machine without one never loads the module.
+ * Why cuda was passed over is logged once per process, at debug level (at
+ * warn when the driver is there but the module is missing or broken).
+ * Returns 0; ZPS_ENODEV when the named backend cannot run here (no driver,
+ * no device, no module, a module of another ABI); ZPS_EINVAL for an unknown
+ * name or bad options; ZPS_ENOMEM. A one-line reason goes to err[err_size]
+ * (may be NULL). *out is written only on success. The new backend's
+ * parameter and gradient buffers are zeroed. May be called from any thread.
  */
 int zps_backend_new(const char *name, const zps_model_t *m, const zps_backend_opts_t *o,
                     zps_backend_t **out, char *err, size_t err_size);
@@ -123,8 +131,22 @@ typedef struct zps_backend_ops {
     const char *(*describe)(void *ctx);
 } zps_backend_ops_t;
 
-/* Defined by worker/cpu/backend_cpu.c and, when built, worker/cuda/backend_cuda.cu. */
+/* Defined by worker/cpu/backend_cpu.c. */
 extern const zps_backend_ops_t zps_backend_cpu_ops;
-extern const zps_backend_ops_t zps_backend_cuda_ops;
+
+/*
+ * A backend module (a shared library, loaded by backend_module.c) exports
+ * one function, ZPS_BACKEND_ENTRY: it writes the ZPS_BACKEND_ABI it was
+ * compiled with to *abi and returns its ops table (static, never freed).
+ * The loader refuses a module whose ABI differs. Bump ZPS_BACKEND_ABI
+ * whenever zps_backend_ops_t or a struct it passes (zps_model_t,
+ * zps_backend_opts_t, zps_batch_t, zps_step_stats_t, zps_eval_t,
+ * zps_dataset_t) changes layout or meaning; the entry's own signature never
+ * changes. A module calls zps_log, zps_now_ns and zps_model_* of the
+ * executable that loads it, which is linked with its symbols exported.
+ */
+#define ZPS_BACKEND_ABI 1
+#define ZPS_BACKEND_ENTRY "zps_backend_module"
+typedef const zps_backend_ops_t *zps_backend_entry_fn(uint32_t *abi);
 
 #endif

@@ -3,6 +3,11 @@
  * reference) on the same parameters and batches: loss, every gradient
  * element and evaluation, within a relative error of 1e-4.
  *
+ * The cuda backend comes from its module (libzps_backend_cuda.so), loaded
+ * through the registry as zps-worker loads it; ctest points ZPS_BACKEND_DIR
+ * at the build's copy. In a build with CUDA the module must load on any
+ * machine, GPU or not: a missing or stale module fails the test.
+ *
  * Without a usable GPU (no device, no driver, a driver too old, or a build
  * without CUDA) it prints "skipped" with the reason and exits 77, which
  * ctest reports as SKIPPED (SKIP_RETURN_CODE 77), never as passed.
@@ -19,10 +24,14 @@
 #include <cmocka.h>
 
 #include "backend.h"
+#include "backend_module.h"
 #include "error.h"
 #include "model.h"
 
 #define SKIP_CODE 77
+
+/* CUDA_MODULE_FILE, set by the build: the module's file name, or "" in a
+ * build without CUDA. */
 
 static uint64_t lcg = 777;
 
@@ -172,11 +181,21 @@ static void test_evaluate_matches_cpu(void **state)
 
 int main(void)
 {
-    /* Probe first: without a usable device the whole test is skipped. */
     zps_model_t m;
     zps_backend_t *be = NULL;
     zps_backend_opts_t o;
-    char err[512] = "";
+    char err[1024] = "";
+    /* The module loads, with every symbol it needs, whether or not a GPU is
+     * here; only the lack of a GPU may skip the test. */
+    const zps_backend_ops_t *ops = NULL;
+    if (CUDA_MODULE_FILE[0]) {
+        if (zps_backend_module_load(CUDA_MODULE_FILE, &ops, err, sizeof(err)) != 0) {
+            printf("test_backend_cuda: %s\n", err);
+            return 1;
+        }
+        printf("test_backend_cuda: module %s loaded (backend %s)\n", CUDA_MODULE_FILE, ops->name);
+    }
+    /* Then a device: without a usable one the whole test is skipped. */
     zps_backend_opts_default(&o);
     ZPS_ASSERT(zps_model_parse("mlp:4-3", &m, NULL, 0) == 0);
     int rc = zps_backend_new("cuda", &m, &o, &be, err, sizeof(err));

@@ -9,6 +9,10 @@
  * on the device. Any CUDA failure at start-up (no driver, a driver too old,
  * no device) is ZPS_ENODEV with the runtime's message, never a crash.
  *
+ * Built as a module of its own, libzps_backend_cuda.so, which alone links
+ * cuBLAS and the CUDA runtime; zps-worker loads it only when cuda is asked
+ * for (backend_module.h). Its one exported symbol is zps_backend_module.
+ *
  * Not here: the choice between backends (backend.c).
  */
 #include <math.h>
@@ -461,9 +465,7 @@ const char *cuda_describe(void *opaque)
     return ((cuda_ctx *)opaque)->desc;
 }
 
-} // namespace
-
-extern "C" const zps_backend_ops_t zps_backend_cuda_ops = {
+const zps_backend_ops_t cuda_ops = {
     "cuda",          /* name */
     cuda_create,     /* create */
     cuda_destroy,    /* destroy */
@@ -471,3 +473,15 @@ extern "C" const zps_backend_ops_t zps_backend_cuda_ops = {
     cuda_evaluate,   /* evaluate */
     cuda_describe,   /* describe */
 };
+
+} // namespace
+
+/* The module's one exported symbol (backend.h, ZPS_BACKEND_ENTRY); the
+ * declaration checks it against the loader's type. */
+extern "C" __attribute__((visibility("default"))) zps_backend_entry_fn zps_backend_module;
+
+extern "C" const zps_backend_ops_t *zps_backend_module(uint32_t *abi)
+{
+    *abi = ZPS_BACKEND_ABI;
+    return &cuda_ops;
+}
