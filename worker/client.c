@@ -11,6 +11,12 @@
  * never read after the call. A request that may never leave (its server is
  * gone) would hold its buffer forever, so a failed call closes that shard's
  * socket, which makes ZeroMQ drop and release it, and opens a new one.
+ *
+ * Each shard's socket has a ZeroMQ monitor (an inproc PAIR socket) whose
+ * events say whether a zps server is connected right now. It is read, never
+ * polled, while a call waits: it turns a call's silence into "nothing to talk
+ * to" (ZPS_EUNREACHABLE) or "connected, no answer yet" (ZPS_ETIMEDOUT), and
+ * goes into the periodic "waiting for server ..." log records.
  */
 #include "client.h"
 
@@ -32,10 +38,15 @@
 #include "wire.h"
 
 #define RETRY_MAX_MS 8000
+#define WAIT_LOG_FACTOR 3 /* later wait records come this many times further apart */
 
 typedef struct conn {
     char *endpoint;
     void *sock;
+    void *mon;        /* PAIR socket receiving sock's monitor events, or NULL */
+    unsigned mon_gen; /* makes each monitor's inproc address unique */
+    bool up;          /* a ZMTP handshake with the peer succeeded and it has not gone */
+    bool up_in_call;  /* up at some moment of the call in progress */
     uint64_t version; /* model version of this shard's last pull reply (a push's base) */
 
     /* The request of the call in progress. */
@@ -78,9 +89,11 @@ struct zps_client {
 void zps_client_opts_default(zps_client_opts_t *opts)
 {
     opts->worker = -1;
+    opts->observe = false;
     opts->timeout_ms = 30000;
     opts->retry_ms = 1000;
     opts->heartbeat_ms = 1000;
+    opts->wait_log_ms = 10000;
 }
 
 __attribute__((format(printf, 2, 3))) static void set_error(zps_client_t *c, const char *fmt, ...)
@@ -91,6 +104,71 @@ __attribute__((format(printf, 2, 3))) static void set_error(zps_client_t *c, con
     va_end(ap);
 }
 
+/*
+ * Attaches a monitor to k->sock before it connects, so no event is missed.
+ * Without one (it could not be set up) the connection counts as up: a call
+ * then reports ZPS_ETIMEDOUT as it did before monitors.
+ */
+static void open_monitor(zps_client_t *c, conn_t *k)
+{
+    char addr[128];
+    snprintf(addr, sizeof(addr), "inproc://zps-client-monitor-%p-%zu-%u", (void *)c,
+             (size_t)(k - c->conns), k->mon_gen++);
+    k->up = false;
+    int events = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED;
+    if (zmq_socket_monitor(k->sock, addr, events) == 0) {
+        k->mon = zmq_socket(c->ctx, ZMQ_PAIR);
+        if (k->mon && zmq_connect(k->mon, addr) == 0) {
+            int linger = 0;
+            zmq_setsockopt(k->mon, ZMQ_LINGER, &linger, sizeof(linger));
+            return;
+        }
+        if (k->mon)
+            zmq_close(k->mon);
+        k->mon = NULL;
+        zmq_socket_monitor(k->sock, NULL, 0);
+    }
+    k->up = true;
+}
+
+static void close_monitor(conn_t *k)
+{
+    if (k->mon)
+        zmq_close(k->mon);
+    k->mon = NULL;
+}
+
+/* Reads the monitor events that have arrived: each is an event frame
+ * (16-bit event, 32-bit value) and an address frame. Never blocks. */
+static void read_monitor(conn_t *k)
+{
+    while (k->mon) {
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, k->mon, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&m);
+            return;
+        }
+        uint16_t event = 0;
+        if (zmq_msg_size(&m) >= sizeof(event))
+            memcpy(&event, zmq_msg_data(&m), sizeof(event));
+        bool more = zmq_msg_more(&m);
+        zmq_msg_close(&m);
+        while (more) {
+            zmq_msg_init(&m);
+            if (zmq_msg_recv(&m, k->mon, ZMQ_DONTWAIT) < 0)
+                more = false;
+            else
+                more = zmq_msg_more(&m);
+            zmq_msg_close(&m);
+        }
+        if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED)
+            k->up = k->up_in_call = true;
+        else if (event == ZMQ_EVENT_DISCONNECTED)
+            k->up = false;
+    }
+}
+
 static int open_conn(zps_client_t *c, conn_t *k)
 {
     k->sock = zmq_socket(c->ctx, ZMQ_DEALER);
@@ -98,8 +176,10 @@ static int open_conn(zps_client_t *c, conn_t *k)
         return ZPS_ESOCKET;
     int linger = 0;
     zmq_setsockopt(k->sock, ZMQ_LINGER, &linger, sizeof(linger));
+    open_monitor(c, k);
     if (zmq_connect(k->sock, k->endpoint) != 0) {
         set_error(c, "%s: cannot connect: %s", k->endpoint, zmq_strerror(zmq_errno()));
+        close_monitor(k);
         zmq_close(k->sock);
         k->sock = NULL;
         return ZPS_EINVAL;
@@ -243,6 +323,7 @@ void zps_client_free(zps_client_t *c)
     heartbeat_stop(c);
     for (size_t i = 0; i < c->nconns; i++) {
         zps_message_close(&c->conns[i].reply);
+        close_monitor(&c->conns[i]);
         if (c->conns[i].sock)
             zmq_close(c->conns[i].sock);
         free(c->conns[i].endpoint);
@@ -312,6 +393,7 @@ static bool wait_released(zps_client_t *c, int ms)
 /* Replaces a shard's socket: whatever was queued on the old one is dropped (and released). */
 static void reset_conn(zps_client_t *c, conn_t *k)
 {
+    close_monitor(k);
     if (k->sock)
         zmq_close(k->sock);
     k->sock = NULL;
@@ -398,6 +480,61 @@ static int take_reply(zps_client_t *c, conn_t *k)
     }
 }
 
+static const char *request_name(const zps_header_t *h)
+{
+    switch (h->type) {
+    case ZPS_MSG_INIT:
+        return "init";
+    case ZPS_MSG_PULL:
+        return "pull";
+    case ZPS_MSG_PUSH:
+        return "push";
+    case ZPS_MSG_STATS:
+        return "stats";
+    case ZPS_MSG_HEARTBEAT:
+        return "heartbeat";
+    case ZPS_MSG_CHECKPOINT:
+        return "checkpoint";
+    default:
+        return "request";
+    }
+}
+
+/* "10 s", or "1500 ms" for a time that is not whole seconds. */
+static const char *format_ms(long ms, char *buf, size_t size)
+{
+    if (ms % 1000 == 0)
+        snprintf(buf, size, "%ld s", ms / 1000);
+    else
+        snprintf(buf, size, "%ld ms", ms);
+    return buf;
+}
+
+/* One record per server the call still waits for: which, for what, how long. */
+static void log_waiting(zps_client_t *c, uint64_t since_ns, uint64_t now)
+{
+    char what[64], took[32];
+    for (size_t i = 0; i < c->nconns; i++) {
+        conn_t *k = &c->conns[i];
+        if (!k->pending)
+            continue;
+        if (k->req.type == ZPS_MSG_PULL || k->req.type == ZPS_MSG_PUSH)
+            snprintf(what, sizeof(what), "%s (clock %llu)", request_name(&k->req),
+                     (unsigned long long)k->req.clock);
+        else
+            snprintf(what, sizeof(what), "%s", request_name(&k->req));
+        long ms = (long)((now - since_ns) / 1000000ull);
+        format_ms(ms >= 1000 ? (ms + 500) / 1000 * 1000 : ms, took, sizeof(took));
+        if (k->up)
+            zps_info("waiting for server %zu at %s: no answer to %s for %s", i, k->endpoint, what,
+                     took);
+        else
+            zps_warn("waiting for server %zu at %s: no answer to %s for %s (not connected: is a "
+                     "server running there?)",
+                     i, k->endpoint, what, took);
+    }
+}
+
 /*
  * Sends the prepared requests of the active shards and waits for their
  * replies. On failure, every shard still
@@ -408,13 +545,18 @@ static int exchange(zps_client_t *c)
 {
     int rc = 0;
     uint64_t now = zps_now_ns();
+    const uint64_t start = now;
     uint64_t deadline = c->opts.timeout_ms < 0 ? UINT64_MAX
                                                : now + (uint64_t)c->opts.timeout_ms * 1000000ull;
+    uint64_t log_at =
+        c->opts.wait_log_ms > 0 ? now + (uint64_t)c->opts.wait_log_ms * 1000000ull : UINT64_MAX;
     size_t waiting = 0;
     for (size_t i = 0; i < c->nconns && rc == 0; i++) {
         conn_t *k = &c->conns[i];
         if (!k->active)
             continue;
+        read_monitor(k);
+        k->up_in_call = k->up;
         k->pending = true;
         k->backoff_ms = c->opts.retry_ms;
         k->resend_at_ns = c->opts.retry_ms > 0 ? now + (uint64_t)c->opts.retry_ms * 1000000ull
@@ -425,18 +567,37 @@ static int exchange(zps_client_t *c)
 
     while (rc == 0 && waiting > 0) {
         now = zps_now_ns();
+        for (size_t i = 0; i < c->nconns; i++)
+            if (c->conns[i].pending)
+                read_monitor(&c->conns[i]);
         if (now >= deadline) {
+            /* Name a server that was never there first: that is the likelier mistake. */
+            char took[32];
+            format_ms(c->opts.timeout_ms, took, sizeof(took));
             rc = ZPS_ETIMEDOUT;
             for (size_t i = 0; i < c->nconns; i++) {
+                conn_t *k = &c->conns[i];
+                if (k->pending && !k->up_in_call) {
+                    rc = ZPS_EUNREACHABLE;
+                    set_error(c, "no answer from %s within %s (is a server running there?)",
+                              k->endpoint, took);
+                    break;
+                }
+            }
+            for (size_t i = 0; rc == ZPS_ETIMEDOUT && i < c->nconns; i++) {
                 if (c->conns[i].pending) {
-                    set_error(c, "%s: no reply within %d ms", c->conns[i].endpoint,
-                              c->opts.timeout_ms);
+                    set_error(c, "%s: connected, but no reply within %s", c->conns[i].endpoint,
+                              took);
                     break;
                 }
             }
             break;
         }
-        uint64_t wake = deadline;
+        if (now >= log_at) {
+            log_waiting(c, start, now);
+            log_at = now + (uint64_t)c->opts.wait_log_ms * WAIT_LOG_FACTOR * 1000000ull;
+        }
+        uint64_t wake = deadline < log_at ? deadline : log_at;
         size_t n = 0;
         for (size_t i = 0; i < c->nconns; i++) {
             conn_t *k = &c->conns[i];
@@ -589,6 +750,16 @@ static int copy_pulled(zps_client_t *c, float *out)
     return rc;
 }
 
+/* Every shard's PULL request is for `clock`; an observer may wait for its model. */
+static void set_pull_clock(zps_client_t *c, uint64_t clock)
+{
+    for (size_t i = 0; i < c->nconns; i++) {
+        c->conns[i].req.clock = clock;
+        if (c->opts.worker == -1 && c->opts.observe)
+            c->conns[i].req.flags |= ZPS_FLAG_WAIT;
+    }
+}
+
 int zps_client_pull(zps_client_t *c, uint64_t clock, float *out, uint64_t n,
                     zps_reply_info_t *info)
 {
@@ -596,10 +767,9 @@ int zps_client_pull(zps_client_t *c, uint64_t clock, float *out, uint64_t n,
         return ZPS_EINVAL;
     begin(c, ZPS_MSG_PULL);
     attach_slices(c, NULL, n);
-    for (size_t i = 0; i < c->nconns; i++) {
-        c->conns[i].req.clock = clock;
+    set_pull_clock(c, clock);
+    for (size_t i = 0; i < c->nconns; i++)
         c->conns[i].req.flags |= ZPS_FLAG_RANGE;
-    }
     int rc = exchange(c);
     uint64_t total = 0;
     if (rc == 0)
@@ -622,8 +792,7 @@ int zps_client_pull_alloc(zps_client_t *c, uint64_t clock, float **out, uint64_t
                           zps_reply_info_t *info)
 {
     begin(c, ZPS_MSG_PULL);
-    for (size_t i = 0; i < c->nconns; i++)
-        c->conns[i].req.clock = clock;
+    set_pull_clock(c, clock);
     int rc = exchange(c);
     uint64_t total = 0;
     if (rc == 0)

@@ -9,6 +9,12 @@
  * range) agrees with the client's.
  *
  * Calls block until every shard has answered or the call's timeout expires.
+ * A call that times out returns ZPS_EUNREACHABLE when a server it still
+ * waited for could not be connected to at any moment of the call (nothing
+ * listens there, or not a zps server), and ZPS_ETIMEDOUT when every such
+ * server was connected but did not answer (a pull that its consistency rule
+ * holds back, or a server that is stuck). While it waits, the call logs
+ * (common/log.h) which server and request it waits for: see wait_log_ms.
  * An unanswered request is sent again every `retry_ms` (doubling up to 8 s);
  * that is safe because every request is idempotent on the server: INIT sets
  * values only once, a push already taken is acknowledged without being
@@ -33,12 +39,19 @@ typedef struct zps_client zps_client_t;
 
 typedef struct zps_client_opts {
     int worker;     /* this process's rank, or -1 for tools and observers */
+    bool observe;   /* worker -1: a pull for clock t is answered with the model of clock t
+                     * once it exists (BSP: version t; SSP/ASP: every worker has pushed every
+                     * clock before t), not at once with the current one */
     int timeout_ms; /* each call gives up after this long; -1: wait forever */
     int retry_ms;   /* resend an unanswered request after this long; 0: never */
     int heartbeat_ms; /* worker >= 0: say "alive" this often from a background thread; 0: never */
+    int wait_log_ms;  /* a call still waiting after this long logs what it waits for (which
+                       * server, which request, for how long), then again every 3 times as
+                       * long; 0: never */
 } zps_client_opts_t;
 
-/* worker -1, timeout 30 s, retry 1 s, heartbeat 1 s (only used when worker >= 0). */
+/* worker -1, timeout 30 s, retry 1 s, heartbeat 1 s (only used when worker >= 0),
+ * wait log after 10 s and then every 30 s. */
 void zps_client_opts_default(zps_client_opts_t *opts);
 
 /*
@@ -78,7 +91,7 @@ typedef struct zps_reply_info {
  * Pulls the parameters for clock `clock` into out[n], where n is the model
  * size. Blocks until every shard allows the pull under its consistency rule
  * (for BSP: until the model for `clock` exists). Returns 0, ZPS_ETIMEDOUT,
- * ZPS_EREMOTE (see zps_client_last_error) or another ZPS_E* code; `out` may
+ * ZPS_EUNREACHABLE, ZPS_EREMOTE (see zps_client_last_error) or another ZPS_E* code; `out` may
  * be partly written on failure. `info` may be NULL.
  */
 int zps_client_pull(zps_client_t *c, uint64_t clock, float *out, uint64_t n,

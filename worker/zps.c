@@ -8,8 +8,9 @@
  *   zps checkpoint --servers ...
  *   zps checkpoint inspect FILE
  *
- * Exit status: 0 success, 1 a server refused (its reason on stderr) or could
- * not be reached, 2 bad usage, 3 a pull that timed out.
+ * Exit status: 0 success, 1 a server refused (its reason on stderr) or did
+ * not answer within the deadline, 2 bad usage, 3 a pull that timed out: its
+ * servers were connected but held it back (the clock is not reached yet).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -29,6 +30,9 @@
 #define EXIT_REFUSED 1
 #define EXIT_USAGE 2
 #define EXIT_TIMEOUT 3
+#define DEFAULT_TIMEOUT_MS 10000
+
+static const char *command = ""; /* "stats": names the command in error messages */
 
 static void usage(FILE *f)
 {
@@ -54,13 +58,15 @@ static void usage(FILE *f)
             "\n"
             "Options:\n"
             "  --servers LIST     server endpoints in shard order, comma-separated\n"
-            "  --timeout-ms MS    give up after MS milliseconds (default 60000; -1: never)\n"
+            "  --timeout-ms MS    give up after MS milliseconds (default 10000; -1: never)\n"
             "  --retry-ms MS      resend an unanswered request after MS ms (default 1000)\n"
             "  --verbose          pull: print model versions and min_clock on stderr\n"
             "  --help             this text\n"
             "\n"
-            "Exit status: 0 success, 1 refused by a server or unreachable, 2 bad usage,\n"
-            "3 a pull that timed out.\n");
+            "Exit status: 0 success; 1 a server refused (its reason on stderr), or did not\n"
+            "answer within the deadline (a wrong address, no server running); 2 bad usage;\n"
+            "3 a pull that timed out: the servers are there but hold it back because its\n"
+            "clock is not reached yet.\n");
 }
 
 typedef struct args {
@@ -108,7 +114,7 @@ static int parse_args(int argc, char **argv, args_t *a)
     };
     memset(a, 0, sizeof(*a));
     a->worker = -1;
-    a->timeout_ms = 60000;
+    a->timeout_ms = DEFAULT_TIMEOUT_MS;
     a->retry_ms = 1000;
     int c;
     optind = 2; /* after the command */
@@ -219,12 +225,19 @@ static int get_values(const args_t *a, float **v, size_t *n)
     return 0;
 }
 
-/* Maps a failed call to the exit status, saying why on stderr. */
+/*
+ * Maps a failed call to the exit status, saying why on stderr. Only a pull
+ * that connected servers held back is "timed out" (3); silence from a server
+ * that is not there, or from one that does not answer stats, init, push or
+ * checkpoint, is a failure to reach it (1).
+ */
 static int fail(zps_client_t *c, int rc)
 {
     const char *text = zps_client_last_error(c);
-    fprintf(stderr, "zps: %s\n", text && *text ? text : zps_strerror(rc));
-    return rc == ZPS_ETIMEDOUT ? EXIT_TIMEOUT : EXIT_REFUSED;
+    bool held_back = rc == ZPS_ETIMEDOUT && strcmp(command, "pull") == 0;
+    fprintf(stderr, "zps %s: %s%s\n", command, held_back ? "timed out: " : "",
+            text && *text ? text : zps_strerror(rc));
+    return held_back ? EXIT_TIMEOUT : EXIT_REFUSED;
 }
 
 static int cmd_init(zps_client_t *c, const args_t *a)
@@ -338,9 +351,12 @@ int main(int argc, char **argv)
                 {"pull", cmd_pull},   {"stats", cmd_stats},
                 {"checkpoint", cmd_checkpoint}};
     int (*fn)(zps_client_t *, const args_t *) = NULL;
-    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
-        if (strcmp(argv[1], cmds[i].name) == 0)
+    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+        if (strcmp(argv[1], cmds[i].name) == 0) {
             fn = cmds[i].fn;
+            command = cmds[i].name;
+        }
+    }
     if (!fn)
         return usage_error("unknown command '%s'", argv[1]);
 
@@ -359,6 +375,8 @@ int main(int argc, char **argv)
     opts.timeout_ms = (int)a.timeout_ms;
     opts.retry_ms = (int)a.retry_ms;
     opts.heartbeat_ms = 0; /* one request, then gone: nothing to keep alive */
+    if (opts.timeout_ms >= 0)
+        opts.wait_log_ms = 0; /* the deadline's message says it all */
     zps_client_t *c;
     int rc = zps_client_new((const char *const *)servers, nservers, &opts, &c);
     if (rc) {

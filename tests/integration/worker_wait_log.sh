@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# A worker pointed at a server that is not there says so, periodically: it
+# logs which server it waits for, for which request and how long, and that
+# nothing is connected there; against a live server holding a pull back it
+# logs the pull and its clock, without that hint.
+#
+# usage: worker_wait_log.sh ZPS_SERVER_BIN ZPS_WORKER_BIN
+set -euo pipefail
+server_bin=$1
+worker_bin=$2
+. "$(dirname "$0")/lib.sh"
+
+# A port nobody listens on: a server's, after it has stopped.
+start_server gone --workers 1
+dead=$ep
+kill "${pids[-1]}"
+wait "${pids[-1]}" 2>/dev/null || true
+
+data=(--data synthetic:n=200,test=20,dim=4 --no-progress)
+
+# wait_for_line FILE PATTERN : until grep finds PATTERN in FILE (10 s at most)
+wait_for_line() {
+    for _ in $(seq 1 100); do
+        grep -q "$2" "$1" && return 0
+        sleep 0.1
+    done
+    fail "no line matching '$2' in $1: $(cat "$1")"
+}
+
+# Rank 0 initialises the model: it waits for an answer to init, forever (the
+# default --timeout), and says so every 3 * 300 ms after the first 300 ms.
+"$worker_bin" --servers "$dead" --rank 0 --workers 1 --wait-log-ms 300 "${data[@]}" \
+    2>"$dir/w0.log" &
+w0=$!
+pids+=($w0)
+wait_for_line "$dir/w0.log" \
+    "WARN  \[worker 0\] waiting for server 0 at $dead: no answer to init for [0-9]* ms (not connected: is a server running there?)"
+wait_for_line "$dir/w0.log" "no answer to init for [1-9] s"
+kill -0 "$w0" 2>/dev/null || fail "worker 0 exited: $(cat "$dir/w0.log")"
+kill "$w0"
+wait "$w0" 2>/dev/null || true
+
+# Worker 1 of 2 against a live server whose model worker 0 never sets: its
+# pull of clock 0 waits, and the record names it, without the hint.
+start_server live --workers 2
+"$worker_bin" --servers "$ep" --rank 1 --workers 2 --wait-log-ms 300 "${data[@]}" \
+    2>"$dir/w1.log" &
+w1=$!
+pids+=($w1)
+wait_for_line "$dir/w1.log" \
+    "INFO  \[worker 1\] waiting for server 0 at $ep: no answer to pull (clock 0) for [0-9]* ms$"
+kill "$w1"
+wait "$w1" 2>/dev/null || true
+
+echo "worker wait log: all checks passed"
