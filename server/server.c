@@ -124,7 +124,7 @@ struct server {
     uint32_t reply_flags;   /* ZPS_FLAG_* for every reply to the request being handled */
 
     counters_t count;
-    zps_vhist_t staleness;
+    zps_vhist_t update_staleness; /* applied pushes: updates between pull and step */
     zps_thist_t pull_wait;
     uint64_t started_ns;
     uint64_t errors_logged;
@@ -379,7 +379,10 @@ static void answer_ready_pulls(server_t *s)
         uint64_t now = zps_now_ns();
         for (size_t i = 0; i < n; i++) {
             parked_pull_t *p = (parked_pull_t *)(uintptr_t)s->tokens[i];
-            zps_thist_add(&s->pull_wait, now - p->since_ns);
+            /* pull_wait is the workers' waiting; an observer waiting for a
+             * clock's model (an evaluator) waits by choice. */
+            if (p->req.worker >= 0)
+                zps_thist_add(&s->pull_wait, now - p->since_ns);
             answer_pull(s, &p->peer, &p->req);
             free(p);
         }
@@ -723,8 +726,13 @@ static void handle_pull(server_t *s, zps_message_t *m)
     char why[ZPS_ERROR_TEXT_MAX];
     zps_pull_result_t res;
     uint64_t existing = 0;
-    int rc = zps_stale_pull(s->st, req->worker, req->clock, req->request_id, (uintptr_t)p, &res,
-                            &existing, why, sizeof(why));
+    /* An observer may ask for the model of its clock rather than the
+     * current one (an evaluator that must not hold training back). */
+    int rc = req->worker == -1 && (req->flags & ZPS_FLAG_WAIT)
+                 ? zps_stale_observe(s->st, req->clock, req->request_id, (uintptr_t)p, &res,
+                                     &existing, why, sizeof(why))
+                 : zps_stale_pull(s->st, req->worker, req->clock, req->request_id, (uintptr_t)p,
+                                  &res, &existing, why, sizeof(why));
     if (rc) {
         free(p);
         reply_error(s, &m->peer, req, rc, "%s", why);
@@ -732,7 +740,8 @@ static void handle_pull(server_t *s, zps_message_t *m)
     }
     if (res == ZPS_PULL_READY) {
         free(p);
-        zps_thist_add(&s->pull_wait, 0);
+        if (req->worker >= 0)
+            zps_thist_add(&s->pull_wait, 0);
         answer_pull(s, &m->peer, req);
         return;
     }
@@ -760,7 +769,7 @@ static void take_bsp_steps(server_t *s)
             ZPS_ASSERT(sl->full);
             s->grads[j] = zmq_msg_data(&sl->msg);
             s->batches[j] = sl->batch;
-            zps_vhist_add(&s->staleness,
+            zps_vhist_add(&s->update_staleness,
                           steps_before > sl->based_on ? steps_before - sl->based_on : 0);
         }
         /* Every worker pulls the version this step makes: its payload is
@@ -826,7 +835,7 @@ static void handle_push(server_t *s, zps_message_t *m)
                         s->cfg->lr_staleness == ZPS_LR_STALENESS_INVERSE
                             ? 1.0 / (1.0 + (double)d.staleness)
                             : 1.0);
-        zps_vhist_add(&s->staleness, d.staleness);
+        zps_vhist_add(&s->update_staleness, d.staleness);
         s->count.applied++;
         maybe_checkpoint(s);
         reply_header(s, req, &h);
@@ -925,8 +934,8 @@ static char *stats_json(server_t *s)
             sep = ",";
         }
     }
-    zps_strbuf_printf(&b, "},\"staleness\":");
-    zps_vhist_json(&s->staleness, &b);
+    zps_strbuf_printf(&b, "},\"update_staleness\":");
+    zps_vhist_json(&s->update_staleness, &b);
     zps_strbuf_printf(&b, ",\"pull_wait\":");
     zps_thist_json(&s->pull_wait, &b);
     zps_strbuf_printf(&b, ",\"checkpoints\":{\"written\":%llu,\"failed\":%llu,\"last\":",

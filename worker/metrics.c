@@ -94,9 +94,9 @@ int zps_metrics_step(zps_metrics_t *m, const zps_step_record_t *r)
                       r->rank, (unsigned long long)r->clock, (unsigned long long)r->epoch,
                       (unsigned long long)r->step, r->wall, r->elapsed);
     json_num(&b, "loss", r->loss, false);
-    zps_strbuf_printf(&b, "\"batch\":%llu,\"version\":%llu,\"staleness\":%llu,",
+    zps_strbuf_printf(&b, "\"batch\":%llu,\"version\":%llu,\"clock_lag\":%llu,",
                       (unsigned long long)r->batch, (unsigned long long)r->version,
-                      (unsigned long long)r->staleness);
+                      (unsigned long long)r->clock_lag);
     json_ms(&b, "data_ms", r->data_ms);
     json_ms(&b, "forward_ms", r->forward_ms);
     json_ms(&b, "backward_ms", r->backward_ms);
@@ -128,6 +128,9 @@ int zps_metrics_eval(zps_metrics_t *m, const zps_eval_record_t *r)
                       r->rank, (unsigned long long)r->clock, r->epoch, r->wall, r->elapsed);
     json_num(&b, "test_loss", r->loss, false);
     json_num(&b, "test_accuracy", r->accuracy, false);
+    if (r->have_versions)
+        zps_strbuf_printf(&b, "\"version_min\":%llu,\"version_max\":%llu,",
+                          (unsigned long long)r->version_min, (unsigned long long)r->version_max);
     zps_strbuf_printf(&b, "\"examples\":%llu,\"eval_ms\":%.3f,\"final\":%s}",
                       (unsigned long long)r->n, r->eval_ms, r->final ? "true" : "false");
     return emit(m, &b);

@@ -5,7 +5,7 @@
  *
  * The metrics file holds three kinds of line, told apart by "type":
  *   "run"   once at the start: the configuration (written by the trainer),
- *   "step"  one per clock: timings, loss, batch, staleness,
+ *   "step"  one per clock: timings, loss, batch, clock lag,
  *   "eval"  one per evaluation on the test set.
  * The field list is in docs/worker.md. Times are milliseconds unless the
  * name says seconds; "wall" is seconds since the Unix epoch and "elapsed"
@@ -31,7 +31,7 @@ typedef struct zps_step_record {
     double loss;        /* mean loss over this step's batch */
     uint64_t batch;     /* examples in this step's batch */
     uint64_t version;   /* model version the pull returned (lowest over shards) */
-    uint64_t staleness; /* clock - min_clock seen at the pull, never negative */
+    uint64_t clock_lag; /* clocks: clock - min_clock seen at the pull, never negative */
     double data_ms;     /* index lookup and gathering the batch */
     double forward_ms;  /* forward pass and loss */
     double backward_ms; /* backward pass down to the host gradient */
@@ -62,6 +62,10 @@ typedef struct zps_eval_record {
     uint64_t n;      /* test examples */
     double eval_ms;
     bool final; /* the evaluation at the end of training */
+    /* An evaluator's record (rank -1): the shards' model versions it read,
+     * lowest and highest (equal when the model is one version). */
+    bool have_versions;
+    uint64_t version_min, version_max;
 } zps_eval_record_t;
 
 typedef struct zps_metrics zps_metrics_t;

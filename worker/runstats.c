@@ -18,7 +18,6 @@
 #include "stats.h"
 #include "strbuf.h"
 
-/* Server staleness histograms: exact counts for 0..63, then one overflow bucket. */
 /* The progress line's rates cover this many seconds. */
 #define LIVE_WINDOW_S 5.0
 
@@ -27,7 +26,7 @@ typedef struct srec {
     double wall, loss;
     double step_ms, pull_ms, push_ms, compute_ms, pad_ms, delay_ms;
     uint32_t batch;
-    uint32_t staleness;
+    uint32_t clock_lag; /* clocks; 0 when the line has none */
     bool dropped;
 } srec_t;
 
@@ -37,6 +36,8 @@ typedef struct wstat {
     bool have_run;
     uint64_t clocks, steps_per_epoch, batch;
     double base_step_ms;
+    bool have_clock_lag; /* some step line carried "clock_lag" */
+    uint64_t clock_lag_max;
     char *straggler;
     char *model;
     char *data;
@@ -149,7 +150,13 @@ static int add_step(wstat_t *w, const zps_json_t *o)
     r->pad_ms = num0(o, "pad_ms");
     r->delay_ms = num0(o, "delay_ms");
     r->batch = (uint32_t)num0(o, "batch");
-    r->staleness = (uint32_t)num0(o, "staleness");
+    const zps_json_t *lag = zps_json_get(o, "clock_lag");
+    r->clock_lag = (uint32_t)zps_json_number(lag, 0.0);
+    if (lag) {
+        w->have_clock_lag = true;
+        if (r->clock_lag > w->clock_lag_max)
+            w->clock_lag_max = r->clock_lag;
+    }
     r->dropped = zps_json_true(zps_json_get(o, "dropped"));
     if (!w->have_start) {
         w->have_start = true;
@@ -171,12 +178,14 @@ static int add_eval(zps_runstats_t *rs, wstat_t *w, const zps_json_t *o)
     erec_t *e = &rs->evals[rs->ne++];
     e->clock = (uint64_t)num0(o, "clock");
     e->wall = num0(o, "wall");
-    e->elapsed = num0(o, "elapsed");
+    /* An evaluator's `elapsed` counts from its own start: its records are
+     * placed on the training's time line by their wall clock instead. */
+    e->elapsed = w ? num0(o, "elapsed") : NAN;
     e->epoch = num0(o, "epoch");
     e->accuracy = num(o, "test_accuracy");
     e->loss = num(o, "test_loss");
     e->final = zps_json_true(zps_json_get(o, "final"));
-    if (!w->have_start) {
+    if (w && !w->have_start) {
         w->have_start = true;
         w->loop_start = e->wall - e->elapsed;
     }
@@ -207,6 +216,57 @@ int zps_runstats_add_line(zps_runstats_t *rs, uint32_t rank, const char *line)
     return rc;
 }
 
+int zps_runstats_add_eval_line(zps_runstats_t *rs, const char *line)
+{
+    zps_json_t *o = NULL;
+    int rc = zps_json_parse(line, &o, NULL, 0);
+    if (rc)
+        return rc;
+    if (o->type != ZPS_JSON_OBJECT) {
+        zps_json_free(o);
+        return ZPS_EINVAL;
+    }
+    const char *type = zps_json_string(zps_json_get(o, "type"));
+    if (type && strcmp(type, "eval") == 0)
+        rc = add_eval(rs, NULL, o);
+    zps_json_free(o);
+    return rc;
+}
+
+/* Seconds from the training start to evaluation e's model (NaN if unknown). */
+static double eval_elapsed(const zps_runstats_t *rs, const erec_t *e)
+{
+    if (isfinite(e->elapsed))
+        return e->elapsed;
+    double start = INFINITY;
+    if (rs->w[0].have_start)
+        start = rs->w[0].loop_start;
+    else
+        for (uint32_t i = 0; i < rs->workers; i++)
+            if (rs->w[i].have_start && rs->w[i].loop_start < start)
+                start = rs->w[i].loop_start;
+    return isfinite(start) ? e->wall - start : NAN;
+}
+
+/* The first evaluation with test accuracy >= target, or NULL. */
+static const erec_t *first_reaching(const zps_runstats_t *rs, double target)
+{
+    for (size_t i = 0; i < rs->ne; i++)
+        if (isfinite(rs->evals[i].accuracy) && rs->evals[i].accuracy >= target)
+            return &rs->evals[i];
+    return NULL;
+}
+
+bool zps_runstats_target(const zps_runstats_t *rs, double target, double *seconds, uint64_t *clock)
+{
+    const erec_t *e = first_reaching(rs, target);
+    if (!e)
+        return false;
+    *seconds = eval_elapsed(rs, e);
+    *clock = e->clock;
+    return true;
+}
+
 int zps_runstats_add_server(zps_runstats_t *rs, uint32_t shard, const char *json)
 {
     if (shard >= rs->servers)
@@ -224,9 +284,10 @@ int zps_runstats_add_server(zps_runstats_t *rs, uint32_t shard, const char *json
     return 0;
 }
 
-/* ---- staleness: the servers' histograms summed over shards ---- */
+/* ---- update staleness: the servers' histograms summed over shards ---- */
 
-/* The servers' histograms summed; counting and quantiles are server/stats.c's. */
+/* The servers' update staleness histograms (updates; exact counts for 0..63,
+ * then one overflow bucket) summed; counting and quantiles are server/stats.c's. */
 typedef struct hist {
     zps_vhist_t v;
     double sum; /* mean x count per server: the servers report means */
@@ -243,7 +304,7 @@ static void merge_servers(const zps_runstats_t *rs, hist_t *h)
 {
     memset(h, 0, sizeof(*h));
     for (uint32_t s = 0; s < rs->servers; s++) {
-        const zps_json_t *st = zps_json_get(rs->server[s], "staleness");
+        const zps_json_t *st = zps_json_get(rs->server[s], "update_staleness");
         if (!st)
             continue;
         h->have = true;
@@ -404,9 +465,16 @@ void zps_runstats_live(const zps_runstats_t *rs, double now, zps_runstats_live_t
     hist_t h;
     merge_servers(rs, &h);
     if (h.have && h.v.n) {
-        out->have_staleness = true;
-        out->staleness_p50 = zps_vhist_quantile(&h.v, 0.5);
-        out->staleness_max = h.v.max;
+        out->have_update_staleness = true;
+        out->update_staleness_p50 = zps_vhist_quantile(&h.v, 0.5);
+        out->update_staleness_max = h.v.max;
+    }
+    for (uint32_t i = 0; i < rs->workers; i++) {
+        if (rs->w[i].have_clock_lag) {
+            out->have_clock_lag = true;
+            if (rs->w[i].clock_lag_max > out->clock_lag_max)
+                out->clock_lag_max = rs->w[i].clock_lag_max;
+        }
     }
 }
 
@@ -446,18 +514,69 @@ static void summary_targets(zps_strbuf_t *b, const zps_runstats_t *rs, const zps
     for (size_t t = 0; t < in->target_count; t++) {
         char key[32];
         target_key(in->targets[t], key, sizeof(key));
-        double found = NAN;
-        for (size_t i = 0; i < rs->ne; i++) {
-            const erec_t *e = &rs->evals[i];
-            if (isfinite(e->accuracy) && e->accuracy >= in->targets[t]) {
-                found = epochs ? e->epoch : e->elapsed;
-                break;
-            }
-        }
+        const erec_t *e = first_reaching(rs, in->targets[t]);
+        double found = !e ? NAN : epochs ? e->epoch : eval_elapsed(rs, e);
         zps_strbuf_printf(b, "%s", t ? ", " : "");
         jnum(b, key, found, 3);
     }
     zps_strbuf_printf(b, "}");
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The smallest sampled v such that at least q of the sorted samples are <= v,
+ * the rule zps_vhist_quantile applies to update staleness. */
+static uint64_t sorted_quantile(const uint64_t *v, size_t n, double q)
+{
+    size_t need = (size_t)(q * (double)n);
+    return v[(need < 1 ? 1 : need) - 1];
+}
+
+/*
+ * "clock_lag": the workers' step lines' clock lag (clocks), every worker's
+ * steps that ended by `end`, exact quantiles; nulls when no step line carried
+ * one. Returns 0 or ZPS_ENOMEM.
+ */
+static int summary_clock_lag(zps_strbuf_t *b, const zps_runstats_t *rs, double end)
+{
+    size_t n = 0;
+    bool have = false;
+    for (uint32_t i = 0; i < rs->workers; i++) {
+        have = have || rs->w[i].have_clock_lag;
+        n += rs->w[i].n;
+    }
+    uint64_t *v = have && n ? malloc(n * sizeof(*v)) : NULL;
+    if (have && n && !v)
+        return ZPS_ENOMEM;
+    size_t k = 0;
+    double sum = 0;
+    for (uint32_t i = 0; v && i < rs->workers; i++) {
+        for (size_t j = 0; j < rs->w[i].n; j++) {
+            const srec_t *r = &rs->w[i].steps[j];
+            if (r->wall > end + 1e-6)
+                continue;
+            v[k++] = r->clock_lag;
+            sum += r->clock_lag;
+        }
+    }
+    if (k) {
+        qsort(v, k, sizeof(*v), cmp_u64);
+        zps_strbuf_printf(b,
+                          "  \"clock_lag\": {\"count\": %zu, \"p50\": %llu, \"p99\": %llu, "
+                          "\"max\": %llu, \"mean\": %.4f},\n",
+                          k, (unsigned long long)sorted_quantile(v, k, 0.5),
+                          (unsigned long long)sorted_quantile(v, k, 0.99),
+                          (unsigned long long)v[k - 1], sum / (double)k);
+    } else {
+        zps_strbuf_printf(b, "  \"clock_lag\": {\"count\": 0, \"p50\": null, \"p99\": null, "
+                             "\"max\": null, \"mean\": null},\n");
+    }
+    free(v);
+    return 0;
 }
 
 static void summary_servers(zps_strbuf_t *b, const zps_runstats_t *rs)
@@ -590,8 +709,8 @@ char *zps_runstats_summary(const zps_runstats_t *rs, const zps_run_info_t *in)
     }
     zps_strbuf_printf(&b, "\n  ],\n  ");
     jnum(&b, "pull_wait_share", step_all > 0 ? pull_all / step_all : NAN, 4);
-    zps_strbuf_printf(
-        &b, ",\n  \"pushes_dropped\": %llu,\n  \"staleness\": ", (unsigned long long)dropped_all);
+    zps_strbuf_printf(&b, ",\n  \"pushes_dropped\": %llu,\n  \"update_staleness\": ",
+                      (unsigned long long)dropped_all);
     if (h.have) {
         zps_strbuf_printf(&b,
                           "{\"count\": %llu, \"p50\": %llu, \"p99\": %llu, \"max\": %llu, "
@@ -616,6 +735,10 @@ char *zps_runstats_summary(const zps_runstats_t *rs, const zps_run_info_t *in)
     } else {
         zps_strbuf_printf(&b, "{\"count\": 0, \"p50\": null, \"p99\": null, \"max\": null, "
                               "\"mean\": null, \"histogram\": {}},\n");
+    }
+    if (summary_clock_lag(&b, rs, sp.have ? sp.end : INFINITY)) {
+        zps_strbuf_fini(&b);
+        return NULL;
     }
     summary_servers(&b, rs);
     zps_strbuf_printf(&b, "  \"targets\": [");
@@ -722,11 +845,8 @@ static int write_summary_row(const zps_runstats_t *rs, const zps_run_info_t *in,
     tsv_num(f, h.have && h.v.n ? (double)h.v.max : NAN, 0);
     fprintf(f, "\t%llu", (unsigned long long)dropped);
     for (size_t t = 0; t < in->target_count; t++) {
-        double found = NAN;
-        for (size_t i = 0; i < rs->ne && !isfinite(found); i++)
-            if (isfinite(rs->evals[i].accuracy) && rs->evals[i].accuracy >= in->targets[t])
-                found = rs->evals[i].elapsed;
-        tsv_num(f, found, 3);
+        const erec_t *e = first_reaching(rs, in->targets[t]);
+        tsv_num(f, e ? eval_elapsed(rs, e) : NAN, 3);
     }
     fprintf(f, "\n");
     return 0;
@@ -740,7 +860,8 @@ int zps_runstats_write_tables(const zps_runstats_t *rs, const zps_run_info_t *in
         header, sizeof(header),
         "name\tstatus\tmode\tstaleness_bound\tbackup_workers\tlr_staleness\tworkers\tservers\t"
         "base_step_ms\tfinal_test_accuracy\ttrain_seconds\twall_seconds\texamples_per_second\t"
-        "pull_wait_share\tstaleness_p50\tstaleness_p99\tstaleness_max\tpushes_dropped");
+        "pull_wait_share\tupdate_staleness_p50\tupdate_staleness_p99\tupdate_staleness_max\t"
+        "pushes_dropped");
     for (size_t t = 0; t < info->target_count && hl < sizeof(header); t++) {
         char key[32];
         target_key(info->targets[t], key, sizeof(key));
@@ -755,8 +876,9 @@ int zps_runstats_write_tables(const zps_runstats_t *rs, const zps_run_info_t *in
     f = open_table(dir, "eval.tsv", "elapsed_s\tclock\tepoch\ttest_accuracy\ttest_loss");
     for (size_t i = 0; f && i < rs->ne; i++) {
         const erec_t *e = &rs->evals[i];
-        fprintf(f, "%.3f\t%llu\t%.4f\t%.4f\t%.6f\n", e->elapsed, (unsigned long long)e->clock,
-                e->epoch, isfinite(e->accuracy) ? e->accuracy : NAN, e->loss);
+        fprintf(f, "%.3f\t%llu\t%.4f\t%.4f\t%.6f\n", eval_elapsed(rs, e),
+                (unsigned long long)e->clock, e->epoch, isfinite(e->accuracy) ? e->accuracy : NAN,
+                e->loss);
     }
     if (close_table(f))
         rc = ZPS_EIO;
@@ -769,7 +891,7 @@ int zps_runstats_write_tables(const zps_runstats_t *rs, const zps_run_info_t *in
 
     hist_t h;
     merge_servers(rs, &h);
-    f = open_table(dir, "staleness.tsv", "staleness\tcount\tshare");
+    f = open_table(dir, "update_staleness.tsv", "update_staleness\tcount\tshare");
     for (int v = 0; f && v <= ZPS_VHIST_EXACT; v++)
         if (hist_count(&h, v))
             fprintf(f, "%d\t%llu\t%.6f\n", v, (unsigned long long)hist_count(&h, v),

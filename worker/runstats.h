@@ -6,15 +6,22 @@
  *
  * Definitions (docs/launch.md repeats them for readers of summary.json):
  *   training start   worker 0's training loop start (its metrics' wall - elapsed)
- *   training end     worker 0's final evaluation (else the last step of any worker)
+ *   training end     the final evaluation: when the final model existed (else the
+ *                    last step of any worker)
  *   train_seconds    end - start
- *   seconds_to_target[a]   `elapsed` of worker 0's first evaluation with
- *                    test accuracy >= a (null if none)
+ *   evaluations      the evaluator's (zps_runstats_add_eval_line), or worker 0's
+ *   seconds_to_target[a]   seconds from the training start to the model of the
+ *                    first evaluation with test accuracy >= a (null if none)
  *   examples_per_second    examples of every worker's steps that ended by the
  *                    training end, over train_seconds
  *   pull_wait_share  sum of pull_ms over sum of step_ms, all workers, same steps
- *   staleness        the servers' histograms of applied pushes' staleness,
- *                    summed over shards (p50, p99, max, mean)
+ *   update_staleness the servers' histograms of applied pushes' update
+ *                    staleness (updates applied between the version a gradient
+ *                    was computed on and the one it lands on), summed over
+ *                    shards (p50, p99, max, mean)
+ *   clock_lag        the workers' step lines' clock lag (clocks: a step's clock
+ *                    minus the min_clock its pull saw), same steps as above
+ *                    (p50, p99, max, mean); the SSP bound s caps it at s
  *   pushes_dropped   steps whose push came back dropped (worker side)
  *
  * Not thread-safe: one owner.
@@ -39,6 +46,14 @@ void zps_runstats_free(zps_runstats_t *rs); /* NULL is a no-op */
  */
 int zps_runstats_add_line(zps_runstats_t *rs, uint32_t rank, const char *line);
 
+/*
+ * One metrics line of the evaluator (zps-worker --evaluator): its "eval"
+ * lines are the run's evaluations, placed on the training's time line by
+ * their wall clock; other lines are ignored. Returns 0, ZPS_EINVAL or
+ * ZPS_ENOMEM.
+ */
+int zps_runstats_add_eval_line(zps_runstats_t *rs, const char *line);
+
 /* The latest STATS reply of shard `shard` (replaces the previous one). Same returns. */
 int zps_runstats_add_server(zps_runstats_t *rs, uint32_t shard, const char *json);
 
@@ -50,9 +65,11 @@ typedef struct zps_runstats_live {
     double loss;                   /* mean step loss over the last 5 s (NaN: none) */
     double test_accuracy;          /* latest evaluation (NaN: none yet) */
     uint64_t test_clock;
-    bool have_staleness;
-    uint64_t staleness_p50, staleness_max;
-    double seconds; /* since training start (0 before) */
+    bool have_update_staleness;
+    uint64_t update_staleness_p50, update_staleness_max; /* updates, all shards so far */
+    bool have_clock_lag;
+    uint64_t clock_lag_max; /* clocks, every worker's steps so far */
+    double seconds;         /* since training start (0 before) */
 } zps_runstats_live_t;
 
 void zps_runstats_live(const zps_runstats_t *rs, double now, zps_runstats_live_t *out);
@@ -86,16 +103,24 @@ typedef struct zps_runstats_result {
 void zps_runstats_result(const zps_runstats_t *rs, zps_runstats_result_t *out);
 
 /*
+ * The first evaluation whose test accuracy reached `target`: true with the
+ * seconds from the training start to its model and its clock; false if none.
+ */
+bool zps_runstats_target(const zps_runstats_t *rs, double target, double *seconds,
+                         uint64_t *clock);
+
+/*
  * Writes the tables into `dir` (tab-separated, a '#' header line each):
  *   eval.tsv       elapsed_s clock epoch test_accuracy test_loss
  *   loss.tsv       clock epoch mean_loss workers        (mean over the workers' steps at a clock)
- *   staleness.tsv  staleness count share                (servers' histogram, summed over shards)
+ *   update_staleness.tsv  update_staleness count share  (servers' histogram, summed over shards)
  *   workers.tsv    rank compute_s pad_s delay_s pull_s push_s other_s steps dropped
  *   summary.tsv    summary.json's headline figures as one row (for scripts without
  *                  a JSON reader): name status mode staleness_bound backup_workers
  *                  lr_staleness workers servers base_step_ms final_test_accuracy
  *                  train_seconds wall_seconds examples_per_second pull_wait_share
- *                  staleness_p50 staleness_p99 staleness_max pushes_dropped, then
+ *                  update_staleness_p50 update_staleness_p99 update_staleness_max
+ *                  pushes_dropped, then
  *                  seconds_to_<target> per target; "NA" where unknown
  * Returns 0 or ZPS_EIO.
  */

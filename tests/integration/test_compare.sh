@@ -32,7 +32,7 @@ head -1 "$csv" | grep -q '^stragglers,mode,seconds_to_0.65,seconds_to_0.70,final
 awk -F, 'NR > 1 && ($NF != "ok" || $5 == "NA") { bad = 1 } END { exit bad }' "$csv" ||
     fail "a run failed: $(cat "$csv")"
 
-for f in accuracy loss staleness time-split; do
+for f in accuracy loss update-staleness time-split; do
     png=$out/study/fig-$f.png
     [ -s "$png" ] || fail "no $png"
     [ "$(head -c 8 "$png" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ] || fail "$png is not a PNG"

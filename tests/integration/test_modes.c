@@ -206,7 +206,7 @@ static void run_mode(run_t *r)
         }
         if (r->shards == 1)
             assert_true(dropped == (double)dropped_seen);
-        assert_non_null(strstr(json, "\"staleness\":{\"count\":"));
+        assert_non_null(strstr(json, "\"update_staleness\":{\"count\":"));
         free(json);
     }
 
@@ -272,7 +272,7 @@ static void test_asp(void **state)
     run_mode(&r);
 }
 
-/* One shard, so the staleness in each push reply is the one its step used. */
+/* One shard, so the update staleness in each push reply is the one its step used. */
 static void test_asp_inverse_lr(void **state)
 {
     (void)state;

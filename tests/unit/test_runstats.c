@@ -71,19 +71,20 @@ static void test_json_errors(void **state)
 
 /* ---- runstats ---- */
 
-/* A step line: loss, batch, times in ms. */
+/* A step line: loss, batch, times in ms, clock lag in clocks. */
 static void step(zps_runstats_t *rs, unsigned rank, unsigned clock, double wall, double elapsed,
-                 double loss, double pull, double step_ms, int dropped)
+                 double loss, double pull, double step_ms, int dropped, unsigned lag)
 {
     char line[1024];
     snprintf(line, sizeof(line),
              "{\"type\":\"step\",\"rank\":%u,\"clock\":%u,\"epoch\":0,\"step\":%u,\"wall\":%.6f,"
-             "\"elapsed\":%.6f,\"loss\":%g,\"batch\":10,\"version\":0,\"staleness\":0,"
+             "\"elapsed\":%.6f,\"loss\":%g,\"batch\":10,\"version\":0,\"clock_lag\":%u,"
              "\"data_ms\":0.5,\"forward_ms\":0.25,\"backward_ms\":0.25,\"copy_ms\":0,"
              "\"pull_ms\":%g,\"push_ms\":2,\"update_ms\":0,\"pad_ms\":4,\"delay_ms\":1,"
              "\"slowdown_ms\":1,\"intermittent_ms\":0,\"fixed_delay_ms\":0,\"random_delay_ms\":0,"
              "\"pause_ms\":0,\"dropped\":%s,\"step_ms\":%g}",
-             rank, clock, clock, wall, elapsed, loss, pull, dropped ? "true" : "false", step_ms);
+             rank, clock, clock, wall, elapsed, loss, lag, pull, dropped ? "true" : "false",
+             step_ms);
     assert_int_equal(zps_runstats_add_line(rs, rank, line), 0);
 }
 
@@ -104,6 +105,7 @@ static void eval(zps_runstats_t *rs, unsigned clock, double wall, double elapsed
  * each ending at 1000.1 ... 1000.4; worker 1 pushes one more step at 1000.9,
  * after the final evaluation at 1000.5 (a dropped straggler step), which the
  * span excludes. Evaluations: 0.80 at 0.2 s, 0.86 at 0.3 s, final 0.87 at 0.5 s.
+ * Clock lags: worker 0 has t % 2, worker 1 has t, its late step 7.
  */
 static zps_runstats_t *fixture(void)
 {
@@ -116,25 +118,28 @@ static zps_runstats_t *fixture(void)
                               "\"base step 5 ms\",\"model\":\"mlp:4-2\",\"data\":\"d\"}"),
         0);
     for (unsigned t = 0; t < 4; t++) {
-        step(rs, 0, t, 1000.1 + 0.1 * t, 0.1 + 0.1 * t, 2.0, 3.0, 10.0, 0);
-        step(rs, 1, t, 1000.1 + 0.1 * t, 0.2 + 0.1 * t, 1.0, 1.0, 10.0, t == 3);
+        step(rs, 0, t, 1000.1 + 0.1 * t, 0.1 + 0.1 * t, 2.0, 3.0, 10.0, 0, t % 2);
+        step(rs, 1, t, 1000.1 + 0.1 * t, 0.2 + 0.1 * t, 1.0, 1.0, 10.0, t == 3, t);
     }
-    step(rs, 1, 4, 1000.9, 1.0, 1.0, 1.0, 10.0, 1);
+    step(rs, 1, 4, 1000.9, 1.0, 1.0, 1.0, 10.0, 1, 7);
     eval(rs, 2, 1000.2, 0.2, 0.80, 0);
     eval(rs, 3, 1000.3, 0.3, 0.86, 0);
     eval(rs, 4, 1000.5, 0.5, 0.87, 1);
-    /* Staleness: shard 0 has 0 x6, 1 x2, 5 x2 (max 5); shard 1 has 0 x8, 70 x2 (overflow, max 70).
+    /* Update staleness: shard 0 has 0 x6, 1 x2, 5 x2 (max 5); shard 1 has 0 x8, 70 x2 (overflow,
+     * max 70).
      */
     assert_int_equal(zps_runstats_add_server(rs, 0,
                                              "{\"version\":4,\"counts\":{\"dropped\":1},"
-                                             "\"staleness\":{\"count\":10,\"max\":5,\"mean\":1.2,"
+                                             "\"update_staleness\":{\"count\":10,\"max\":5,"
+                                             "\"mean\":1.2,"
                                              "\"p50\":0,\"p99\":5,\"histogram\":{\"0\":6,\"1\":2,"
                                              "\"5\":2}},\"pull_wait\":{\"p50_ms\":1,\"p99_ms\":2,"
                                              "\"max_ms\":3,\"mean_ms\":1.5}}"),
                      0);
     assert_int_equal(zps_runstats_add_server(rs, 1,
                                              "{\"version\":4,\"counts\":{\"dropped\":2},"
-                                             "\"staleness\":{\"count\":10,\"max\":70,\"mean\":14,"
+                                             "\"update_staleness\":{\"count\":10,\"max\":70,"
+                                             "\"mean\":14,"
                                              "\"p50\":0,\"p99\":70,\"histogram\":{\"0\":8,"
                                              "\">=64\":2}}}"),
                      0);
@@ -184,15 +189,23 @@ static void test_summary(void **state)
     assert_true(fabs(zps_json_number(zps_json_get(s, "pull_wait_share"), 0) - 0.2) < 1e-9);
     /* Dropped within the span: worker 1's clock 3. */
     assert_true(zps_json_number(zps_json_get(s, "pushes_dropped"), -1) == 1);
-    /* Merged histogram of 20: 0 x14, 1 x2, 5 x2, >=64 x2. p50: 10th sample is 0;
+    /* Update staleness, merged histogram of 20: 0 x14, 1 x2, 5 x2, >=64 x2. p50: 10th sample is 0;
      * p99: need 19 -> overflow -> max 70. Mean (1.2 * 10 + 14 * 10) / 20 = 7.6. */
-    const zps_json_t *st = zps_json_get(s, "staleness");
+    const zps_json_t *st = zps_json_get(s, "update_staleness");
     assert_true(zps_json_number(zps_json_get(st, "count"), 0) == 20);
     assert_true(zps_json_number(zps_json_get(st, "p50"), -1) == 0);
     assert_true(zps_json_number(zps_json_get(st, "p99"), -1) == 70);
     assert_true(zps_json_number(zps_json_get(st, "max"), -1) == 70);
     assert_true(fabs(zps_json_number(zps_json_get(st, "mean"), 0) - 7.6) < 1e-9);
     assert_true(zps_json_number(zps_json_get(zps_json_get(st, "histogram"), ">=64"), 0) == 2);
+    /* Clock lag of the 8 steps in the span: 0 0 0 1 1 1 2 3 (the late 7 is out).
+     * p50: need 4 -> 1; p99: need floor(7.92) = 7 -> 2; mean 8 / 8. */
+    const zps_json_t *lag = zps_json_get(s, "clock_lag");
+    assert_true(zps_json_number(zps_json_get(lag, "count"), 0) == 8);
+    assert_true(zps_json_number(zps_json_get(lag, "p50"), -1) == 1);
+    assert_true(zps_json_number(zps_json_get(lag, "p99"), -1) == 2);
+    assert_true(zps_json_number(zps_json_get(lag, "max"), -1) == 3);
+    assert_true(fabs(zps_json_number(zps_json_get(lag, "mean"), 0) - 1.0) < 1e-9);
     assert_true(zps_json_number(zps_json_get(s, "server_pushes_dropped"), 0) == 2);
     /* Per worker 1: 4 steps; compute 1 ms a step, pad 4, delay 1, pull 1, push 2 -> other 1. */
     const zps_json_t *w1 = zps_json_at(zps_json_get(s, "per_worker"), 1);
@@ -222,7 +235,10 @@ static void test_live(void **state)
     assert_true(fabs(lv.examples_per_second - 180) < 1e-6);
     assert_true(fabs(lv.loss - 13.0 / 9.0) < 1e-9);
     assert_true(lv.test_accuracy == 0.87);
-    assert_true(lv.have_staleness && lv.staleness_p50 == 0 && lv.staleness_max == 70);
+    assert_true(lv.have_update_staleness && lv.update_staleness_p50 == 0 &&
+                lv.update_staleness_max == 70);
+    /* Every step so far, the late one too. */
+    assert_true(lv.have_clock_lag && lv.clock_lag_max == 7);
     zps_runstats_free(rs);
 }
 
@@ -245,7 +261,8 @@ static void test_tables(void **state)
     fclose(f);
     assert_string_equal(line, "t\tok\tasp\t0\t0\tnone\t2\t2\t5.000\t0.8700\t0.500\t3.250\t160.0\t"
                               "0.2000\t0\t70\t70\t1\t0.300\tNA\n");
-    const char *names[] = {"summary.tsv", "eval.tsv", "loss.tsv", "staleness.tsv", "workers.tsv"};
+    const char *names[] = {"summary.tsv", "eval.tsv", "loss.tsv", "update_staleness.tsv",
+                           "workers.tsv"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
         assert_int_equal(access(path, R_OK), 0);
@@ -273,6 +290,8 @@ static void test_bad_input(void **state)
     assert_int_equal(zps_json_parse(text, &s, NULL, 0), 0);
     assert_int_equal(zps_json_get(s, "final_test_accuracy")->type, ZPS_JSON_NULL);
     assert_int_equal(zps_json_get(s, "train_seconds")->type, ZPS_JSON_NULL);
+    assert_int_equal(zps_json_get(zps_json_get(s, "update_staleness"), "p50")->type, ZPS_JSON_NULL);
+    assert_int_equal(zps_json_get(zps_json_get(s, "clock_lag"), "max")->type, ZPS_JSON_NULL);
     zps_json_free(s);
     free(text);
     zps_runstats_free(rs);

@@ -39,7 +39,7 @@ foreach(line IN LISTS lines)
     if(NOT clock EQUAL steps)
       message(FATAL_ERROR "step line ${steps} has clock ${clock}")
     endif()
-    foreach(key rank epoch step wall elapsed loss batch version staleness data_ms forward_ms
+    foreach(key rank epoch step wall elapsed loss batch version clock_lag data_ms forward_ms
         backward_ms copy_ms pull_ms push_ms update_ms delay_ms step_ms)
       string(JSON v ERROR_VARIABLE jerr GET "${line}" ${key})
       if(jerr)
