@@ -14,8 +14,8 @@ float zps_mean_denominator(const uint32_t *n, size_t k)
     return (float)total;
 }
 
-ZPS_CLONES_AVX2 void zps_weighted_mean_term(float *restrict acc, const float *restrict g,
-                                            float w, float denom, size_t j, size_t k, size_t len)
+ZPS_CLONES_AVX2 void zps_weighted_mean_term(float *restrict acc, const float *restrict g, float w,
+                                            float denom, size_t j, size_t k, size_t len)
 {
     ZPS_ASSERT(j < k);
     /* The operations of mean.h in its order; the division rides on the last

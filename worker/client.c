@@ -53,8 +53,8 @@ typedef struct conn {
     zps_header_t req;
     const float *payload; /* slice to send, or NULL */
     size_t count;
-    bool active;    /* takes part in the call in progress */
-    bool pending;   /* no reply yet */
+    bool active;  /* takes part in the call in progress */
+    bool pending; /* no reply yet */
     uint64_t resend_at_ns;
     int backoff_ms;
     zps_message_t reply;
@@ -237,8 +237,8 @@ static void *heartbeat_main(void *arg)
             break;
         for (size_t i = 0; i < n; i++) {
             zps_message_t m;
-            while (items[i + 1].revents && zps_wire_recv(socks[i], ZMQ_DONTWAIT, false, &m) !=
-                                                ZPS_EAGAIN)
+            while (items[i + 1].revents &&
+                   zps_wire_recv(socks[i], ZMQ_DONTWAIT, false, &m) != ZPS_EAGAIN)
                 zps_message_close(&m);
         }
     }
@@ -473,8 +473,9 @@ static int take_reply(zps_client_t *c, conn_t *k)
         k->pending = false;
         if (m.hdr.status != 0) {
             c->remote_status = m.hdr.status;
-            set_error(c, "%s: %s (%s)", k->endpoint, m.hdr.error[0] ? m.hdr.error :
-                      zps_strerror(m.hdr.status), zps_errname(m.hdr.status));
+            set_error(c, "%s: %s (%s)", k->endpoint,
+                      m.hdr.error[0] ? m.hdr.error : zps_strerror(m.hdr.status),
+                      zps_errname(m.hdr.status));
             return ZPS_EREMOTE;
         }
     }
@@ -546,8 +547,8 @@ static int exchange(zps_client_t *c)
     int rc = 0;
     uint64_t now = zps_now_ns();
     const uint64_t start = now;
-    uint64_t deadline = c->opts.timeout_ms < 0 ? UINT64_MAX
-                                               : now + (uint64_t)c->opts.timeout_ms * 1000000ull;
+    uint64_t deadline =
+        c->opts.timeout_ms < 0 ? UINT64_MAX : now + (uint64_t)c->opts.timeout_ms * 1000000ull;
     uint64_t log_at =
         c->opts.wait_log_ms > 0 ? now + (uint64_t)c->opts.wait_log_ms * 1000000ull : UINT64_MAX;
     size_t waiting = 0;
@@ -559,8 +560,8 @@ static int exchange(zps_client_t *c)
         k->up_in_call = k->up;
         k->pending = true;
         k->backoff_ms = c->opts.retry_ms;
-        k->resend_at_ns = c->opts.retry_ms > 0 ? now + (uint64_t)c->opts.retry_ms * 1000000ull
-                                               : UINT64_MAX;
+        k->resend_at_ns =
+            c->opts.retry_ms > 0 ? now + (uint64_t)c->opts.retry_ms * 1000000ull : UINT64_MAX;
         rc = send_request(c, k);
         waiting++;
     }
@@ -760,8 +761,7 @@ static void set_pull_clock(zps_client_t *c, uint64_t clock)
     }
 }
 
-int zps_client_pull(zps_client_t *c, uint64_t clock, float *out, uint64_t n,
-                    zps_reply_info_t *info)
+int zps_client_pull(zps_client_t *c, uint64_t clock, float *out, uint64_t n, zps_reply_info_t *info)
 {
     if (n == 0 || !out)
         return ZPS_EINVAL;
@@ -814,8 +814,8 @@ int zps_client_pull_alloc(zps_client_t *c, uint64_t clock, float **out, uint64_t
     return 0;
 }
 
-int zps_client_push(zps_client_t *c, uint64_t clock, const float *grad, uint64_t n,
-                    uint32_t batch, zps_reply_info_t *info)
+int zps_client_push(zps_client_t *c, uint64_t clock, const float *grad, uint64_t n, uint32_t batch,
+                    zps_reply_info_t *info)
 {
     if (n == 0 || !grad)
         return ZPS_EINVAL;

@@ -483,6 +483,42 @@ int zps_dataset_open(const char *spec, const char *dir, uint64_t seed, zps_datas
     return 0;
 }
 
+int zps_dataset_train_size(const char *spec, const char *dir, uint64_t *n_train, char *err,
+                           size_t err_size)
+{
+    if (strncmp(spec, "synthetic", 9) == 0 && (spec[9] == '\0' || spec[9] == ':')) {
+        zps_synth_opts_t o;
+        zps_synth_opts_default(&o, 0);
+        int rc = spec[9] == ':' ? parse_synth_opts(spec + 10, &o, err, err_size) : 0;
+        if (rc == 0)
+            *n_train = o.n;
+        return rc;
+    }
+    if (strcmp(spec, "fashion-mnist") != 0) {
+        zps_set_reason(err, err_size,
+                       "unknown data set '%s' (fashion-mnist or synthetic[:options])", spec);
+        return ZPS_EINVAL;
+    }
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/train-labels-idx1-ubyte.gz", dir);
+    gzFile f = gzopen(path, "rb");
+    if (!f) {
+        zps_set_reason(err, err_size, "%s: cannot open: %s", path, strerror(errno));
+        return ZPS_EIO;
+    }
+    unsigned char h[8];
+    int got = gzread(f, h, sizeof(h));
+    gzclose(f);
+    /* IDX: two zero bytes, type 0x08 (unsigned byte), 1 dimension, then the
+     * count as a big-endian 32-bit integer. */
+    if (got != (int)sizeof(h) || h[0] != 0 || h[1] != 0 || h[2] != 0x08 || h[3] != 1) {
+        zps_set_reason(err, err_size, "%s: not an IDX label file", path);
+        return ZPS_EDATA;
+    }
+    *n_train = (uint64_t)h[4] << 24 | (uint64_t)h[5] << 16 | (uint64_t)h[6] << 8 | h[7];
+    return 0;
+}
+
 void zps_dataset_gather(const zps_dataset_t *ds, const uint32_t *idx, size_t count, float *x,
                         int32_t *label, float *target)
 {

@@ -124,6 +124,18 @@ int zps_dataset_synthetic_linear(const zps_synth_opts_t *o, bool test, zps_datas
 int zps_dataset_synthetic_classes(const zps_synth_opts_t *o, bool test, zps_dataset_t *out);
 
 /*
+ * What a --data flag names, without loading it: checks the spec (the
+ * synthetic options are parsed as zps_dataset_open parses them) and writes
+ * the number of training examples to *n_train: n= for a synthetic set, the
+ * count in the header of Fashion-MNIST's training label file (the first 8
+ * bytes, read through zlib) for "fashion-mnist". Returns 0, ZPS_EINVAL (a bad
+ * spec) or the errors of zps_idx_read with a one-line reason in err. For
+ * tools that plan a run (zps launch) before any worker loads the data.
+ */
+int zps_dataset_train_size(const char *spec, const char *dir, uint64_t *n_train, char *err,
+                           size_t err_size);
+
+/*
  * Opens the data a --data flag names: "fashion-mnist" (from `dir`) or
  * "synthetic" with optional ":n=N,test=M,dim=D,classes=C,noise=S,seed=X"
  * (seed defaults to `seed`; without classes a regression set, with C >= 2 a

@@ -43,8 +43,12 @@
 #include <uv.h>
 
 #include "client.h"
+#include "data.h"
 #include "error.h"
+#include "log.h"
 #include "metrics.h"
+#include "model.h"
+#include "opt_flags.h"
 #include "parse.h"
 #include "runstats.h"
 #include "straggler.h"
@@ -55,8 +59,9 @@
 
 #define TICK_MS 100
 #define STARTUP_TIMEOUT_S 30.0
-#define STOP_GRACE_S 5.0   /* SIGTERM, then SIGKILL after this long */
-#define FINISH_GRACE_S 5.0 /* after worker 0 is done, the others get this long */
+#define STOP_GRACE_S 5.0       /* SIGTERM, then SIGKILL after this long */
+#define FINISH_GRACE_S 5.0     /* after the final evaluation, the workers get this long */
+#define EVALUATOR_GRACE_S 60.0 /* after the last worker, the evaluator gets this long */
 #define STATS_EVERY_S 1.0
 #define MAX_TARGETS 8
 #define MAX_STRAGGLER_SPECS 16
@@ -203,7 +208,7 @@ static void usage(FILE *f)
                "  --servers S             server shards (default 2)\n"
                "  --workers W             workers (default 4)\n"
                "  --mode bsp|ssp|asp      consistency (default bsp)\n"
-               "  --staleness S           ssp: the staleness bound\n"
+               "  --staleness S           ssp: the staleness bound, S clocks\n"
                "  --backup-workers B      bsp: take each step once W-B pushes are in\n"
                "  --lr-staleness RULE     servers' staleness-aware learning rate (e.g. inverse)\n"
                "  --server-arg ARG        hand ARG to every zps-server (repeatable)\n"
@@ -559,6 +564,436 @@ static int parse_options(int argc, char **argv, options_t *o)
     return 0;
 }
 
+/* ---- checking what the children will be handed, before anything starts ---- */
+
+/*
+ * A bad value handed on to W workers would make each of them print its
+ * usage and exit, after the run folder was made and the servers started. So
+ * every value launch hands on is checked here first, with the parsers the
+ * children use (common/parse.c, model.c, straggler.c, server/opt_flags.c)
+ * and the ranges and wording of zps-worker's and zps-server's own checks,
+ * and a bad one is refused in one line.
+ */
+typedef enum {
+    WF_NONE,   /* no value */
+    WF_ANY,    /* a value the worker reads as it is (a path, a file name) */
+    WF_OWN,    /* set by launch for every worker: not to be given */
+    WF_LONG,   /* an integer in [lo, hi] */
+    WF_U64,    /* a non-negative integer in [lo, hi] (hi < 0: no upper bound) */
+    WF_DOUBLE, /* a finite number (the straggler check bounds it further) */
+    WF_TIMEOUT,
+    WF_BACKEND,
+    WF_MODEL,
+    WF_DATA,
+    WF_LOG_LEVEL,
+    WF_RANDOM,
+    WF_INTERMITTENT,
+    WF_PAUSE,
+    WF_RANKS,
+} wf_kind_t;
+
+static const struct worker_flag {
+    const char *name;
+    wf_kind_t kind;
+    long lo, hi;
+    const char *expect;
+} worker_flags[] = {
+    {"servers", WF_OWN, 0, 0, NULL},
+    {"rank", WF_OWN, 0, 0, NULL},
+    {"workers", WF_OWN, 0, 0, NULL},
+    {"metrics", WF_OWN, 0, 0, NULL},
+    {"local", WF_OWN, 0, 0, NULL},
+    {"init-only", WF_OWN, 0, 0, NULL},
+    {"evaluator", WF_NONE, 0, 0, NULL},
+    {"no-eval", WF_NONE, 0, 0, NULL},
+    {"timeout", WF_TIMEOUT, -1, 86400000, "milliseconds >= 1, or -1 to wait forever"},
+    {"wait-log-ms", WF_LONG, 0, 86400000, "milliseconds >= 0 (0: never)"},
+    {"model", WF_MODEL, 0, 0, "mlp:I-H1-...-O or linear:D"},
+    {"data", WF_DATA, 0, 0, "fashion-mnist or synthetic[:OPTIONS]"},
+    {"data-dir", WF_ANY, 0, 0, NULL},
+    {"batch", WF_LONG, 1, 1 << 20, "an integer in [1, 1048576]"},
+    {"epochs", WF_U64, 1, 1000000, "an integer in [1, 1000000]"},
+    {"clocks", WF_U64, 1, -1, "a positive integer"},
+    {"seed", WF_U64, 0, -1, "a non-negative integer"},
+    {"backend", WF_BACKEND, 0, 0, "cpu, cuda or auto"},
+    {"device", WF_LONG, 0, 1024, "a device index"},
+    {"blas-threads", WF_LONG, 1, 1024, "an integer in [1, 1024]"},
+    {"base-step-ms", WF_DOUBLE, 0, 0, "milliseconds"},
+    {"slowdown", WF_DOUBLE, 0, 0, "a factor K >= 1"},
+    {"delay", WF_DOUBLE, 0, 0, "milliseconds"},
+    {"random-delay", WF_RANDOM, 0, 0, "exp:MEAN or uniform:MEAN (milliseconds)"},
+    {"intermittent", WF_INTERMITTENT, 0, 0, "K:P, a factor and a probability, e.g. 4:0.1"},
+    {"pause-at", WF_PAUSE, 0, 0, "T:MS, a clock and milliseconds, e.g. 100:2000"},
+    {"straggler-ranks", WF_RANKS, 0, 0, "all, or ranks and ranges such as 0,2-3"},
+    {"straggler-seed", WF_U64, 0, -1, "a non-negative integer"},
+    {"no-final-wait", WF_NONE, 0, 0, NULL},
+    {"eval-every", WF_U64, 0, -1, "a non-negative integer"},
+    {"save-params", WF_ANY, 0, 0, NULL},
+    {"no-progress", WF_NONE, 0, 0, NULL},
+    {"progress-every", WF_DOUBLE, 0, 0, "seconds > 0"},
+    {"log-level", WF_LOG_LEVEL, 0, 0, "debug, info, warn or error"},
+};
+
+/* zps-server's and zps-worker --local's optimizer flags (server/opt_flags.h). */
+static const struct option optimizer_flags[] = {ZPS_OPT_FLAG_OPTIONS};
+
+/* "--name=value" or "--name" then "value": splits args[*i] and takes its value. */
+static const char *flag_value(const strvec_t *args, size_t *i, char *name, size_t size,
+                              bool has_value, bool *missing)
+{
+    const char *item = args->v[*i] + 2;
+    const char *eq = strchr(item, '=');
+    size_t len = eq ? (size_t)(eq - item) : strlen(item);
+    snprintf(name, size, "%.*s", (int)len, item);
+    *missing = false;
+    if (!has_value)
+        return NULL;
+    if (eq)
+        return eq + 1;
+    if (*i + 1 >= args->n) {
+        *missing = true;
+        return NULL;
+    }
+    return args->v[++*i];
+}
+
+static const struct worker_flag *find_worker_flag(const char *name)
+{
+    for (size_t i = 0; i < sizeof(worker_flags) / sizeof(worker_flags[0]); i++)
+        if (strcmp(worker_flags[i].name, name) == 0)
+            return &worker_flags[i];
+    return NULL;
+}
+
+static const struct option *find_optimizer_flag(const char *name)
+{
+    for (size_t i = 0; i < sizeof(optimizer_flags) / sizeof(optimizer_flags[0]); i++)
+        if (strcmp(optimizer_flags[i].name, name) == 0)
+            return &optimizer_flags[i];
+    return NULL;
+}
+
+/* Checks one worker flag's value v and applies the straggler ones to sc. */
+static bool worker_value_ok(const struct worker_flag *f, const char *v, zps_straggler_config_t *sc,
+                            char *why, size_t size)
+{
+    long l;
+    uint64_t u;
+    double d;
+    enum zps_log_level lv;
+    zps_model_t model;
+    char err[256];
+    bool ok = true;
+    switch (f->kind) {
+    case WF_NONE:
+    case WF_ANY:
+    case WF_OWN:
+        break;
+    case WF_LONG:
+        ok = zps_parse_long(v, f->lo, f->hi, &l) == 0;
+        break;
+    case WF_U64:
+        ok = zps_parse_u64(v, &u) == 0 && u >= (uint64_t)f->lo &&
+             (f->hi < 0 || u <= (uint64_t)f->hi);
+        break;
+    case WF_TIMEOUT:
+        ok = zps_parse_long(v, f->lo, f->hi, &l) == 0 && l != 0;
+        break;
+    case WF_DOUBLE:
+        ok = zps_parse_double(v, &d) == 0;
+        if (ok && strcmp(f->name, "base-step-ms") == 0)
+            sc->base_step_ms = d;
+        else if (ok && strcmp(f->name, "slowdown") == 0)
+            sc->slowdown = d;
+        else if (ok && strcmp(f->name, "delay") == 0)
+            sc->fixed_ms = d;
+        else if (ok && strcmp(f->name, "progress-every") == 0)
+            ok = d > 0;
+        break;
+    case WF_BACKEND:
+        ok = strcmp(v, "cpu") == 0 || strcmp(v, "cuda") == 0 || strcmp(v, "auto") == 0;
+        break;
+    case WF_MODEL:
+        if (zps_model_parse(v, &model, err, sizeof(err)) != 0) {
+            snprintf(why, size, "invalid --model: %s", err);
+            return false;
+        }
+        break;
+    case WF_DATA:
+        /* data.c has no parse apart from loading; the worker checks the options. */
+        ok = strcmp(v, "fashion-mnist") == 0 || strcmp(v, "synthetic") == 0 ||
+             strncmp(v, "synthetic:", 10) == 0;
+        break;
+    case WF_LOG_LEVEL:
+        ok = zps_log_parse_level(v, &lv) == 0;
+        break;
+    case WF_RANDOM:
+        ok = zps_straggler_parse_random(v, &sc->dist, &sc->mean_ms) == 0;
+        break;
+    case WF_INTERMITTENT:
+        ok = zps_straggler_parse_intermittent(v, &sc->intermittent_k, &sc->intermittent_p) == 0;
+        break;
+    case WF_PAUSE:
+        ok = zps_straggler_parse_pause(v, &sc->pause_clock, &sc->pause_ms) == 0;
+        sc->pause = true;
+        break;
+    case WF_RANKS:
+        ok = zps_straggler_parse_ranks(v, &sc->ranks) == 0;
+        break;
+    }
+    if (!ok)
+        snprintf(why, size, "invalid --%s '%s': expected %s", f->name, v, f->expect);
+    return ok;
+}
+
+/* Walks worker flags as they will appear on a worker's command line. */
+static bool worker_args_ok(const strvec_t *args, zps_straggler_config_t *sc, bool *epochs,
+                           bool *clocks, char *why, size_t size)
+{
+    char name[64];
+    for (size_t i = 0; i < args->n; i++) {
+        if (strncmp(args->v[i], "--", 2) != 0) {
+            snprintf(why, size, "invalid --worker-arg '%s': expected a zps-worker flag",
+                     args->v[i]);
+            return false;
+        }
+        bool missing;
+        flag_value(args, &(size_t){i}, name, sizeof(name), false, &missing);
+        const struct worker_flag *f = find_worker_flag(name);
+        const struct option *of = f ? NULL : find_optimizer_flag(name);
+        if (!f && !of) {
+            snprintf(why, size, "unknown zps-worker flag '--%s' (see zps-worker --help)", name);
+            return false;
+        }
+        if (f && f->kind == WF_OWN) {
+            snprintf(why, size, "--%s is set by zps launch for every worker", name);
+            return false;
+        }
+        bool has_value = f ? f->kind != WF_NONE : of->has_arg == required_argument;
+        const char *v = flag_value(args, &i, name, sizeof(name), has_value, &missing);
+        if (missing) {
+            snprintf(why, size, "--%s needs a value", name);
+            return false;
+        }
+        if (f && !worker_value_ok(f, v, sc, why, size))
+            return false;
+        *epochs = *epochs || strcmp(name, "epochs") == 0;
+        *clocks = *clocks || strcmp(name, "clocks") == 0;
+    }
+    return true;
+}
+
+/* The flags that reach zps-server: the optimizer's, and launch's own server flags. */
+static bool server_args_ok(const options_t *o, char *why, size_t size)
+{
+    zps_opt_flags_t optf;
+    zps_opt_flags_init(&optf);
+    char name[64];
+    double d;
+    long l;
+    for (size_t i = 0; i < o->server_args.n; i++) {
+        if (strncmp(o->server_args.v[i], "--", 2) != 0)
+            continue; /* a --server-arg value of a flag launch does not know */
+        bool missing;
+        flag_value(&o->server_args, &(size_t){i}, name, sizeof(name), false, &missing);
+        const struct option *of = find_optimizer_flag(name);
+        bool timeout = strcmp(name, "worker-timeout") == 0;
+        bool pending = strcmp(name, "max-pending-pulls") == 0;
+        if (!of && !timeout && !pending)
+            continue; /* zps-server checks the flags launch does not hand on itself */
+        bool has_value = !of || of->has_arg == required_argument;
+        const char *v = flag_value(&o->server_args, &i, name, sizeof(name), has_value, &missing);
+        if (missing) {
+            snprintf(why, size, "--%s needs a value", name);
+            return false;
+        }
+        if (of && zps_opt_flag_apply(&optf, of->val, v, why, size) != 0)
+            return false;
+        if (timeout && (zps_parse_double(v, &d) || d < 0 || d > 86400)) {
+            snprintf(why, size, "invalid --worker-timeout '%s': expected seconds in [0, 86400]", v);
+            return false;
+        }
+        if (pending && zps_parse_long(v, 1, 1024, &l)) {
+            snprintf(why, size,
+                     "invalid --max-pending-pulls '%s': expected an integer in [1, 1024]", v);
+            return false;
+        }
+    }
+    if (zps_opt_flags_finish(&optf, why, size) != 0)
+        return false;
+    if (o->lr_staleness && strcmp(o->lr_staleness, "none") != 0 &&
+        strcmp(o->lr_staleness, "inverse") != 0) {
+        snprintf(why, size, "invalid --lr-staleness '%s': expected none or inverse",
+                 o->lr_staleness);
+        return false;
+    }
+    if (o->lr_staleness && strcmp(o->lr_staleness, "inverse") == 0 && strcmp(o->mode, "bsp") == 0) {
+        snprintf(why, size,
+                 "--lr-staleness applies to pushes applied on arrival (--mode ssp or "
+                 "asp); BSP steps are never stale");
+        return false;
+    }
+    return true;
+}
+
+/*
+ * Checks every value launch will hand to its servers and workers, each
+ * worker with the straggler flags of its rank. Returns 0, or prints one line
+ * naming the bad value and returns EXIT_USAGE. Creates and starts nothing.
+ */
+static int check_child_flags(const options_t *o)
+{
+    char why[512];
+    if (!server_args_ok(o, why, sizeof(why))) {
+        fprintf(stderr, "zps launch: %s\n", why);
+        return EXIT_USAGE;
+    }
+    for (uint32_t r = 0; r < o->workers; r++) {
+        zps_straggler_config_t sc;
+        zps_straggler_config_default(&sc);
+        bool epochs = false, clocks = false;
+        bool ok = worker_args_ok(&o->worker_args, &sc, &epochs, &clocks, why, sizeof(why));
+        for (size_t s = 0; ok && s < o->spec_count; s++)
+            if (zps_rank_set_has(&o->specs[s].ranks, r))
+                ok = worker_args_ok(&o->specs[s].flags, &sc, &epochs, &clocks, why, sizeof(why));
+        if (ok && epochs && clocks) {
+            snprintf(why, sizeof(why), "give --epochs or --clocks, not both");
+            ok = false;
+        }
+        if (ok && zps_straggler_check(&sc, why, sizeof(why)) != 0)
+            ok = false;
+        if (!ok) {
+            fprintf(stderr, "zps launch: %s\n", why);
+            return EXIT_USAGE;
+        }
+    }
+    return 0;
+}
+
+/* ---- planning: the settings a run gets when the user gives none ---- */
+
+/*
+ * zps launch's default recipe, chosen so that the shortest command trains a
+ * good model (docs/launch.md shows the runs that chose it): batch 32 per
+ * worker, 6 epochs, momentum 0.9 with a cosine schedule over the run's
+ * optimizer steps, and a learning rate of 0.05 per 128 examples in a step
+ * (linear scaling: BSP steps on W*b examples, BSP with B backups on (W-B)*b,
+ * SSP and ASP on one worker's b). Each part applies only when the user gave
+ * nothing for it: any optimizer flag replaces the whole optimizer recipe.
+ */
+#define RECIPE_BATCH 32
+#define RECIPE_EPOCHS 6
+#define RECIPE_MOMENTUM "0.9"
+#define RECIPE_LR_PER_EXAMPLE (0.05 / 128.0)
+#define FASHION_DIR "/usr/share/datasets/fashion-mnist"
+
+/* The value of the last `--name` in args (either form), or NULL. */
+static const char *last_value(const strvec_t *args, const char *flag)
+{
+    const char *v = NULL;
+    char name[64];
+    for (size_t i = 0; i < args->n; i++) {
+        if (strncmp(args->v[i], "--", 2) != 0)
+            continue;
+        bool missing;
+        flag_value(args, &(size_t){i}, name, sizeof(name), false, &missing);
+        if (strcmp(name, flag) != 0)
+            continue;
+        const char *got = flag_value(args, &i, name, sizeof(name), true, &missing);
+        if (!missing)
+            v = got;
+    }
+    return v;
+}
+
+static bool any_optimizer_flag(const strvec_t *args)
+{
+    char name[64];
+    for (size_t i = 0; i < args->n; i++) {
+        bool missing;
+        if (strncmp(args->v[i], "--", 2) == 0 &&
+            (flag_value(args, &(size_t){i}, name, sizeof(name), false, &missing),
+             find_optimizer_flag(name)))
+            return true;
+    }
+    return false;
+}
+
+/*
+ * Adds the default recipe's flags for whatever the user left unsaid, and
+ * says what the run will do in one line. Needs the number of training
+ * examples (read from the data's header, not loaded) to turn epochs into
+ * clocks. Returns 0, or EXIT_USAGE after one line on stderr.
+ */
+static int plan_run(options_t *o)
+{
+    strvec_t *wa = &o->worker_args, *sa = &o->server_args;
+    const char *bv = last_value(wa, "batch"), *ev = last_value(wa, "epochs");
+    const char *kv = last_value(wa, "clocks"), *data = last_value(wa, "data");
+    const char *dir = last_value(wa, "data-dir");
+    uint64_t batch = RECIPE_BATCH, epochs = RECIPE_EPOCHS, clocks = 0, n = 0;
+    int bad = 0;
+    if (bv)
+        zps_parse_u64(bv, &batch); /* checked by check_child_flags */
+    else
+        bad |= sv_push(wa, "--batch") || sv_pushf(wa, "%d", RECIPE_BATCH);
+    if (ev)
+        zps_parse_u64(ev, &epochs);
+    if (kv)
+        zps_parse_u64(kv, &clocks);
+    else if (!ev)
+        bad |= sv_push(wa, "--epochs") || sv_pushf(wa, "%d", RECIPE_EPOCHS);
+    char err[512];
+    if (zps_dataset_train_size(data ? data : "fashion-mnist", dir ? dir : FASHION_DIR, &n, err,
+                               sizeof(err)) != 0) {
+        fprintf(stderr, "zps launch: %s\n", err);
+        return EXIT_USAGE;
+    }
+    if (n < o->workers) {
+        fprintf(stderr, "zps launch: %llu training examples cannot be split among %u workers\n",
+                (unsigned long long)n, o->workers);
+        return EXIT_USAGE;
+    }
+    /* The partition rule of worker/data.h: S = ceil(floor(N/W) / b). */
+    uint64_t steps = (n / o->workers + batch - 1) / batch;
+    if (!kv)
+        clocks = epochs * steps;
+    if (!o->have_eval_every) {
+        uint64_t every = steps / 2 ? steps / 2 : 1;
+        bad |= sv_push(wa, "--eval-every") || sv_pushf(wa, "%llu", (unsigned long long)every);
+        o->have_eval_every = true;
+    }
+    char recipe[256] = "";
+    if (!any_optimizer_flag(sa)) {
+        bool on_arrival = strcmp(o->mode, "bsp") != 0;
+        uint64_t per_step = on_arrival ? batch : (uint64_t)(o->workers - o->backup) * batch;
+        uint64_t steps_total = on_arrival ? clocks * o->workers : clocks;
+        double lr = RECIPE_LR_PER_EXAMPLE * (double)per_step;
+        bad |= sv_push(sa, "--optimizer") || sv_push(sa, "momentum") || sv_push(sa, "--momentum") ||
+               sv_push(sa, RECIPE_MOMENTUM) || sv_push(sa, "--lr") || sv_pushf(sa, "%.6g", lr) ||
+               sv_push(sa, "--schedule") || sv_push(sa, "cosine") ||
+               sv_push(sa, "--cosine-steps") ||
+               sv_pushf(sa, "%llu", (unsigned long long)(steps_total ? steps_total : 1));
+        snprintf(recipe, sizeof(recipe),
+                 "; momentum %s, lr %.6g (%llu examples a step), cosine over %llu steps",
+                 RECIPE_MOMENTUM, lr, (unsigned long long)per_step,
+                 (unsigned long long)steps_total);
+    }
+    if (bad) {
+        fprintf(stderr, "zps launch: out of memory\n");
+        return EXIT_FAILED;
+    }
+    const char *every = last_value(wa, "eval-every");
+    fprintf(stderr,
+            "zps launch: batch %llu per worker, %llu clocks (%.2f epochs of %llu steps)%s; "
+            "evaluation every %s clocks%s\n",
+            (unsigned long long)batch, (unsigned long long)clocks,
+            steps ? (double)clocks / (double)steps : 0.0, (unsigned long long)steps, recipe,
+            every ? every : "?",
+            recipe[0] ? " (the default recipe: any optimizer flag replaces it)" : "");
+    return 0;
+}
+
 /* ---- the running cluster ---- */
 
 typedef enum phase {
@@ -577,9 +1012,10 @@ typedef struct tail {
 
 typedef struct child {
     struct launch *L;
-    char name[32]; /* "server 0", "worker 3" */
-    char file[32]; /* "server-0", "worker-3" */
+    char name[32]; /* "server 0", "worker 3", "evaluator" */
+    char file[32]; /* "server-0", "worker-3", "evaluator" */
     bool server;
+    bool evaluator; /* zps-worker --evaluator: observes and evaluates, trains nothing */
     uint32_t index;
     strvec_t argv; /* the command line, argv[0] the binary */
     char log_path[PATH_MAX + 64];
@@ -609,11 +1045,14 @@ typedef struct launch {
     uv_work_t work;
     bool closing;
 
-    child_t *servers, *workers;
+    child_t *servers;
+    child_t *workers;   /* [W + 1]: the W workers, then the evaluator */
+    child_t *evaluator; /* &workers[W] */
     phase_t phase;
     uint64_t start_ns, phase_ns, last_stats_ns, finish_ns;
-    bool training_done;  /* worker 0 exited 0 */
-    bool finish_stopped; /* the remaining workers were asked to stop after it */
+    bool training_done;       /* the evaluator exited 0: the final model is evaluated */
+    uint64_t workers_done_ns; /* when the last worker exited (0: not yet) */
+    bool finish_stopped;      /* the remaining workers were asked to stop after it */
 
     zps_runstats_t *rs;
     zps_client_t *client;
@@ -633,6 +1072,12 @@ typedef struct launch {
 static double secs_since(uint64_t t0)
 {
     return (double)(zps_now_ns() - t0) / 1e9;
+}
+
+/* The worker processes, the evaluator included. */
+static uint32_t kids(const launch_t *L)
+{
+    return L->o->workers + 1;
 }
 
 /* A launcher message on stderr, after breaking the progress line. */
@@ -713,7 +1158,7 @@ static void stop_child(child_t *c)
 
 static void stop_children(launch_t *L, bool servers, bool workers)
 {
-    for (uint32_t i = 0; workers && i < L->o->workers; i++)
+    for (uint32_t i = 0; workers && i < kids(L); i++)
         stop_child(&L->workers[i]);
     for (uint32_t i = 0; servers && i < L->o->servers; i++)
         stop_child(&L->servers[i]);
@@ -723,7 +1168,7 @@ static void stop_children(launch_t *L, bool servers, bool workers)
 static void kill_late(launch_t *L, bool now)
 {
     child_t *sets[2] = {L->workers, L->servers};
-    uint32_t counts[2] = {L->o->workers, L->o->servers};
+    uint32_t counts[2] = {kids(L), L->o->servers};
     for (int k = 0; k < 2; k++) {
         for (uint32_t i = 0; i < counts[k]; i++) {
             child_t *c = &sets[k][i];
@@ -759,7 +1204,7 @@ static bool any_running(const launch_t *L)
     for (uint32_t i = 0; i < L->o->servers; i++)
         if (L->servers[i].running)
             return true;
-    for (uint32_t i = 0; i < L->o->workers; i++)
+    for (uint32_t i = 0; i < kids(L); i++)
         if (L->workers[i].running)
             return true;
     return false;
@@ -845,7 +1290,11 @@ static void echo_line(child_t *c, char *line)
 
 static void metrics_line(child_t *c, char *line)
 {
-    if (*line)
+    if (!*line)
+        return;
+    if (c->evaluator)
+        zps_runstats_add_eval_line(c->L->rs, line);
+    else
         zps_runstats_add_line(c->L->rs, c->index, line);
 }
 
@@ -855,7 +1304,7 @@ static void tail_all(launch_t *L, bool final)
         if (L->servers[i].spawned)
             tail_lines(&L->servers[i].log, L->servers[i].log_path, echo_line, &L->servers[i],
                        final);
-    for (uint32_t i = 0; i < L->o->workers; i++) {
+    for (uint32_t i = 0; i < kids(L); i++) {
         child_t *c = &L->workers[i];
         if (!c->spawned)
             continue;
@@ -902,9 +1351,12 @@ static void show_progress(launch_t *L, bool force)
         PUT(" | loss %.4f", lv.loss);
     if (isfinite(lv.test_accuracy))
         PUT(" | test acc %.4f @%llu", lv.test_accuracy, (unsigned long long)lv.test_clock);
-    if (lv.have_staleness)
-        PUT(" | staleness p50 %llu max %llu", (unsigned long long)lv.staleness_p50,
-            (unsigned long long)lv.staleness_max);
+    if (lv.have_update_staleness)
+        PUT(" | update staleness p50 %llu max %llu updates",
+            (unsigned long long)lv.update_staleness_p50,
+            (unsigned long long)lv.update_staleness_max);
+    if (lv.have_clock_lag)
+        PUT(" | lag max %llu clocks", (unsigned long long)lv.clock_lag_max);
     PUT(" | %.1f s", secs_since(L->start_ns));
 #undef PUT
     zps_progress_show(&L->progress, line, force);
@@ -1072,6 +1524,20 @@ static void start_workers(launch_t *L)
     sv_free(&eps);
 
     FILE *cmds = open_in_run(L, "commands.txt", "a");
+    /* The evaluator first, so that its pull for the first evaluation clock
+     * is parked before the workers get there. It gets the workers' flags
+     * (model, data, clocks, --save-params...), not their stragglers. */
+    child_t *e = L->evaluator;
+    int ebad = sv_push(&e->argv, L->worker_bin) || sv_push(&e->argv, "--servers") ||
+               sv_push(&e->argv, list) || sv_push(&e->argv, "--evaluator") ||
+               sv_push(&e->argv, "--workers") || sv_pushf(&e->argv, "%u", L->o->workers) ||
+               sv_push(&e->argv, "--metrics") || sv_push(&e->argv, e->metrics_path) ||
+               sv_push(&e->argv, "--no-progress") || sv_extend(&e->argv, &L->o->worker_args);
+    if (!start_child(L, e, cmds, ebad)) {
+        if (cmds)
+            fclose(cmds);
+        return;
+    }
     for (uint32_t r = 0; r < L->o->workers; r++) {
         child_t *c = &L->workers[r];
         strvec_t *a = &c->argv;
@@ -1079,8 +1545,9 @@ static void start_workers(launch_t *L)
                   sv_push(a, "--rank") || sv_pushf(a, "%u", r) || sv_push(a, "--workers") ||
                   sv_pushf(a, "%u", L->o->workers) || sv_push(a, "--metrics") ||
                   sv_push(a, c->metrics_path) || sv_push(a, "--no-progress");
-        if (!L->o->have_eval_every)
-            bad = bad || sv_push(a, "--eval-every") || sv_push(a, "250");
+        /* The evaluator evaluates: no training worker stops for it. */
+        if (r == 0)
+            bad = bad || sv_push(a, "--no-eval");
         bad = bad || sv_extend(a, &L->o->worker_args);
         for (size_t s = 0; s < L->o->spec_count; s++)
             if (zps_rank_set_has(&L->o->specs[s].ranks, r))
@@ -1183,17 +1650,20 @@ static void on_child_exit(uv_process_t *p, int64_t exit_status, int term_signal)
     } else if (!clean && !(c->stopped_by_us && L->training_done)) {
         abort_run(L, "failed", c, "%s (pid %d) %s", c->name, c->pid, how);
     } else {
-        if (c->index == 0 && clean) {
+        if (c->evaluator && clean) {
             L->training_done = true;
             L->finish_ns = zps_now_ns();
         }
         if (c->stopped_by_us && L->training_done)
             say(L, "%s stopped after training ended (its remaining pushes would be dropped)",
                 c->name);
-        bool all_done = true;
+        bool workers_done = true;
         for (uint32_t i = 0; i < L->o->workers; i++)
             if (L->workers[i].running || !L->workers[i].spawned)
-                all_done = false;
+                workers_done = false;
+        if (workers_done && !L->workers_done_ns)
+            L->workers_done_ns = zps_now_ns();
+        bool all_done = workers_done && !L->evaluator->running && L->evaluator->spawned;
         if (all_done && L->phase == PH_TRAINING) {
             L->phase = PH_STATS;
             fetch_stats(L);
@@ -1223,11 +1693,19 @@ static void on_tick(uv_timer_t *t)
     if (L->phase == PH_TRAINING) {
         if (secs_since(L->last_stats_ns) >= STATS_EVERY_S)
             fetch_stats(L);
-        /* Worker 0 has evaluated the final model; the others had their grace. */
+        /* The evaluator has evaluated the final model; the others had their grace. */
         if (L->training_done && !L->finish_stopped && secs_since(L->finish_ns) > FINISH_GRACE_S) {
             L->finish_stopped = true;
             stop_children(L, false, true);
         }
+        /* Every worker is done, so the final model exists: an evaluator that
+         * still has not read it is stuck. */
+        if (L->workers_done_ns && L->evaluator->running &&
+            secs_since(L->workers_done_ns) > EVALUATOR_GRACE_S)
+            abort_run(L, "failed", L->evaluator,
+                      "the evaluator has not evaluated the final model %.0f s after the last "
+                      "worker ended",
+                      EVALUATOR_GRACE_S);
     }
     if (L->o->time_limit_s > 0 && now_s > L->o->time_limit_s && L->phase != PH_ABORT &&
         L->phase != PH_SHUTDOWN)
@@ -1354,8 +1832,14 @@ static void child_init(launch_t *L, child_t *c, bool server, uint32_t index)
     c->L = L;
     c->server = server;
     c->index = index;
-    snprintf(c->name, sizeof(c->name), "%s %u", server ? "server" : "worker", index);
-    snprintf(c->file, sizeof(c->file), "%s-%u", server ? "server" : "worker", index);
+    c->evaluator = !server && index == L->o->workers;
+    if (c->evaluator) {
+        snprintf(c->name, sizeof(c->name), "evaluator");
+        snprintf(c->file, sizeof(c->file), "evaluator");
+    } else {
+        snprintf(c->name, sizeof(c->name), "%s %u", server ? "server" : "worker", index);
+        snprintf(c->file, sizeof(c->file), "%s-%u", server ? "server" : "worker", index);
+    }
     snprintf(c->log_path, sizeof(c->log_path), "%s/%s.log", L->dir, c->file);
     snprintf(c->endpoint_path, sizeof(c->endpoint_path), "%s/%s.endpoint", L->dir, c->file);
     snprintf(c->metrics_path, sizeof(c->metrics_path), "%s/%s.jsonl", L->dir, c->file);
@@ -1423,7 +1907,7 @@ static int finish(launch_t *L)
         for (uint32_t i = 0; i < o->servers; i++)
             if (strcmp(L->servers[i].name, L->failed) == 0)
                 who = &L->servers[i];
-        for (uint32_t i = 0; i < o->workers; i++)
+        for (uint32_t i = 0; i < kids(L); i++)
             if (strcmp(L->workers[i].name, L->failed) == 0)
                 who = &L->workers[i];
         if (who && o->quiet)
@@ -1449,6 +1933,16 @@ static int finish(launch_t *L)
                res.train_seconds, rel);
     else
         printf("training ended without a final evaluation; run folder %s\n", rel);
+    /* How long each accuracy target took: the figure a user compares runs by. */
+    for (size_t t = 0; t < o->target_count && isfinite(res.final_accuracy); t++) {
+        double sec;
+        uint64_t clock;
+        if (zps_runstats_target(L->rs, o->targets[t], &sec, &clock))
+            printf("test accuracy %g reached after %.1f s of training (clock %llu)\n",
+                   o->targets[t], sec, (unsigned long long)clock);
+        else
+            printf("test accuracy %g not reached\n", o->targets[t]);
+    }
     fflush(stdout);
     return 0;
 }
@@ -1475,6 +1969,10 @@ int zps_cmd_launch(int argc, char **argv)
 
     options_t o;
     int ex = parse_options(argc, argv, &o);
+    if (ex == 0)
+        ex = check_child_flags(&o);
+    if (ex == 0)
+        ex = plan_run(&o);
     if (ex) {
         options_free(&o);
         return ex < 0 ? 0 : ex;
@@ -1518,15 +2016,16 @@ int zps_cmd_launch(int argc, char **argv)
     if (zps_runstats_new(o.workers, o.servers, &L->rs) != 0)
         goto out;
     L->servers = calloc(o.servers, sizeof(child_t));
-    L->workers = calloc(o.workers, sizeof(child_t));
+    L->workers = calloc(o.workers + 1, sizeof(child_t));
     L->stats_json = calloc(o.servers, sizeof(char *));
     L->stats_rc = calloc(o.servers, sizeof(int));
     if (!L->servers || !L->workers || !L->stats_json || !L->stats_rc)
         goto out;
     for (uint32_t i = 0; i < o.servers; i++)
         child_init(L, &L->servers[i], true, i);
-    for (uint32_t i = 0; i < o.workers; i++)
+    for (uint32_t i = 0; i < kids(L); i++)
         child_init(L, &L->workers[i], false, i);
+    L->evaluator = &L->workers[o.workers];
 
     FILE *cmds = open_in_run(L, "commands.txt", "w");
     if (cmds) {
@@ -1572,7 +2071,7 @@ out:
         sv_free(&L->servers[i].argv);
         tail_close(&L->servers[i].log);
     }
-    for (uint32_t i = 0; L->workers && i < o.workers; i++) {
+    for (uint32_t i = 0; L->workers && i < kids(L); i++) {
         sv_free(&L->workers[i].argv);
         tail_close(&L->workers[i].log);
         tail_close(&L->workers[i].metrics);

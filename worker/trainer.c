@@ -83,6 +83,7 @@ void zps_trainer_config_default(zps_trainer_config_t *cfg)
     zps_opt_config_default(&cfg->opt);
     zps_straggler_config_default(&cfg->straggler);
     cfg->final_wait = true;
+    cfg->evaluate = true;
     cfg->progress = true;
     cfg->progress_interval_s = 10.0;
 }
@@ -229,7 +230,10 @@ static int write_run_header(trainer_t *T)
     zps_strbuf_t b;
     zps_strbuf_init(&b);
     zps_strbuf_printf(&b, "{\"type\":\"run\",\"mode\":\"%s\",\"rank\":%u,\"workers\":%u,",
-                      cfg->local ? "local" : "distributed", cfg->rank, cfg->workers);
+                      cfg->local       ? "local"
+                      : cfg->evaluator ? "evaluator"
+                                       : "distributed",
+                      cfg->rank, cfg->workers);
     zps_strbuf_printf(&b, "\"model\":");
     zps_strbuf_json_string(&b, T->model_spec);
     zps_strbuf_printf(&b, ",\"params\":%llu,\"data\":", (unsigned long long)T->model.nparams);
@@ -290,6 +294,8 @@ static void show_progress(trainer_t *T, uint64_t clock, bool force)
     char line[256], who[32];
     if (T->cfg->local)
         snprintf(who, sizeof(who), "[local]");
+    else if (T->cfg->evaluator)
+        snprintf(who, sizeof(who), "[evaluator]");
     else
         snprintf(who, sizeof(who), "[worker %u]", T->cfg->rank);
     double el = elapsed_s(T);
@@ -298,9 +304,15 @@ static void show_progress(trainer_t *T, uint64_t clock, bool force)
     if (T->loss_count)
         T->shown_loss = T->loss_sum / (double)T->loss_count;
     int len =
-        snprintf(line, sizeof(line), "%s epoch %.2f/%.2f clock %llu/%llu loss %.4f %.0f ex/s", who,
-                 (double)clock / (double)T->part.steps, (double)T->clocks / (double)T->part.steps,
-                 (unsigned long long)clock, (unsigned long long)T->clocks, T->shown_loss, rate);
+        T->cfg->evaluator
+            ? snprintf(line, sizeof(line), "%s epoch %.2f/%.2f clock %llu/%llu", who,
+                       (double)clock / (double)T->part.steps,
+                       (double)T->clocks / (double)T->part.steps, (unsigned long long)clock,
+                       (unsigned long long)T->clocks)
+            : snprintf(line, sizeof(line), "%s epoch %.2f/%.2f clock %llu/%llu loss %.4f %.0f ex/s",
+                       who, (double)clock / (double)T->part.steps,
+                       (double)T->clocks / (double)T->part.steps, (unsigned long long)clock,
+                       (unsigned long long)T->clocks, T->shown_loss, rate);
     if (!T->cfg->local && T->loss_count && len > 0 && (size_t)len < sizeof(line))
         len += snprintf(line + len, sizeof(line) - (size_t)len, " pull %.1f push %.1f ms",
                         T->pull_ms_sum / (double)T->loss_count,
@@ -341,10 +353,16 @@ static int save_params(trainer_t *T)
     return 0;
 }
 
-/* Evaluates the backend's current parameters (the model after `clock` steps). */
-static int evaluate(trainer_t *T, uint64_t clock, bool final)
+/*
+ * Evaluates the backend's current parameters (the model after `clock`
+ * steps). The record's wall and elapsed are when the evaluation began: when
+ * that model existed, not when its test loss was known. `seen` (an
+ * evaluator's pull, else NULL) adds the shards' model versions.
+ */
+static int evaluate(trainer_t *T, uint64_t clock, bool final, const zps_reply_info_t *seen)
 {
     uint64_t t0 = zps_now_ns();
+    double wall = zps_wall_seconds(), elapsed = elapsed_s(T);
     zps_eval_t ev;
     int rc = zps_backend_evaluate(T->be, &T->test, &ev);
     if (rc) {
@@ -360,16 +378,19 @@ static int evaluate(trainer_t *T, uint64_t clock, bool final)
     if (final)
         T->final_eval = ev;
     zps_eval_record_t r = {
-        .rank = (int)T->cfg->rank,
+        .rank = T->cfg->evaluator ? -1 : (int)T->cfg->rank,
         .clock = clock,
         .epoch = (double)clock / (double)T->part.steps,
-        .wall = zps_wall_seconds(),
-        .elapsed = elapsed_s(T),
+        .wall = wall,
+        .elapsed = elapsed,
         .loss = ev.loss,
         .accuracy = ev.accuracy,
         .n = ev.n,
         .eval_ms = (double)dt / 1e6,
         .final = final,
+        .have_versions = seen != NULL,
+        .version_min = seen ? seen->min_version : 0,
+        .version_max = seen ? seen->max_version : 0,
     };
     if ((rc = zps_metrics_eval(T->metrics, &r)) != 0) {
         zps_error("cannot write the metrics file");
@@ -532,7 +553,7 @@ static int run_local(trainer_t *T)
 
     T->loop_ns = zps_now_ns();
     for (uint64_t t = 0; t < T->clocks; t++) {
-        if (eval_due(T, t) && (rc = evaluate(T, t, false)) != 0)
+        if (eval_due(T, t) && (rc = evaluate(T, t, false, NULL)) != 0)
             goto done;
         uint64_t t0 = zps_now_ns();
         zps_step_record_t r = {.clock = t};
@@ -547,7 +568,7 @@ static int run_local(trainer_t *T)
         if ((rc = record_step(T, &r)) != 0)
             goto done;
     }
-    rc = T->evaluates ? evaluate(T, T->clocks, true) : 0;
+    rc = T->evaluates ? evaluate(T, T->clocks, true, NULL) : 0;
     if (rc == 0)
         rc = save_params(T);
 done:
@@ -688,12 +709,12 @@ static int run_distributed(trainer_t *T)
         }
         r.pull_ms = ms_since(t0);
         r.version = info.min_version;
-        r.staleness = t > info.min_clock ? t - info.min_clock : 0;
+        r.clock_lag = t > info.min_clock ? t - info.min_clock : 0;
         /* The evaluation sees exactly the parameters this clock computes on,
          * and its time is kept out of the step's timings. */
         if (eval_due(T, t)) {
             uint64_t te = zps_now_ns();
-            if ((rc = evaluate(T, t, false)) != 0)
+            if ((rc = evaluate(T, t, false, NULL)) != 0)
                 goto done;
             t0 += zps_now_ns() - te;
         }
@@ -727,10 +748,60 @@ static int run_distributed(trainer_t *T)
             rc = client_failed(T, client, "final pull", T->clocks, rc);
             goto done;
         }
-        rc = evaluate(T, T->clocks, true);
+        rc = evaluate(T, T->clocks, true, NULL);
         if (rc == 0)
             rc = save_params(T);
     }
+done:
+    zps_client_free(client);
+    return rc;
+}
+
+/*
+ * --evaluator: no training. Pulls the model OF clocks E, 2E, ... and K as an
+ * observer (client.h, `observe`): each pull is parked on every shard until
+ * that clock's model exists -- under BSP exactly version t, under SSP/ASP
+ * once every worker has pushed every clock before t -- and no worker ever
+ * waits for it. Evaluates each, writes eval records with the versions read,
+ * and saves the final model (--save-params). A late evaluator (still busy
+ * with the previous model when a clock passes) gets a later model and
+ * records its versions.
+ */
+static int run_evaluator(trainer_t *T)
+{
+    const zps_trainer_config_t *cfg = T->cfg;
+    zps_client_t *client = NULL;
+    zps_client_opts_t co;
+    zps_client_opts_default(&co);
+    co.worker = -1;
+    co.observe = true;
+    co.timeout_ms = cfg->timeout_ms;
+    co.wait_log_ms = cfg->wait_log_ms;
+    int rc = zps_client_new(cfg->servers, cfg->server_count, &co, &client);
+    if (rc) {
+        zps_error("cannot create the client: %s", zps_strerror(rc));
+        return rc;
+    }
+    float *params = zps_backend_params(T->be);
+    uint64_t n = T->model.nparams;
+    uint64_t every = cfg->eval_every ? cfg->eval_every : T->clocks;
+    zps_info("evaluator: the model of every %llu clocks and of clock %llu, as an observer",
+             (unsigned long long)every, (unsigned long long)T->clocks);
+    T->loop_ns = zps_now_ns();
+    for (uint64_t t = every < T->clocks ? every : T->clocks;; t += every) {
+        if (t > T->clocks)
+            t = T->clocks;
+        zps_reply_info_t info;
+        if ((rc = zps_client_pull(client, t, params, n, &info)) != 0) {
+            rc = client_failed(T, client, "observing the model", t, rc);
+            goto done;
+        }
+        if ((rc = evaluate(T, t, t == T->clocks, &info)) != 0)
+            goto done;
+        if (t == T->clocks)
+            break;
+    }
+    rc = save_params(T);
 done:
     zps_client_free(client);
     return rc;
@@ -741,7 +812,7 @@ int zps_trainer_run(const zps_trainer_config_t *cfg, zps_trainer_result_t *res)
     trainer_t T;
     memset(&T, 0, sizeof(T));
     T.cfg = cfg;
-    T.evaluates = cfg->rank == 0 && !cfg->init_only;
+    T.evaluates = cfg->evaluator || (cfg->rank == 0 && !cfg->init_only && cfg->evaluate);
     T.shown_loss = NAN;
     T.loop_ns = zps_now_ns();
     zps_progress_init(&T.progress, stderr, cfg->progress, cfg->progress_interval_s);
@@ -758,7 +829,7 @@ int zps_trainer_run(const zps_trainer_config_t *cfg, zps_trainer_result_t *res)
     if (rc == 0)
         rc = write_run_header(&T);
     if (rc == 0)
-        rc = cfg->local ? run_local(&T) : run_distributed(&T);
+        rc = cfg->local ? run_local(&T) : cfg->evaluator ? run_evaluator(&T) : run_distributed(&T);
     zps_progress_break(&T.progress);
 
     if (rc == 0 && res) {

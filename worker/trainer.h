@@ -7,14 +7,20 @@
  * servers with the He-initialised parameters; the others simply pull clock
  * 0, which the servers answer once the model exists. The optimizer runs on
  * the servers; a worker only computes gradients. Worker 0 also evaluates
- * the test set every `eval_every` clocks and at the end.
+ * the test set every `eval_every` clocks and at the end, unless `evaluate`
+ * is off because an evaluator does it.
+ *
+ * Evaluator (`evaluator`): no training. It pulls the model of every
+ * `eval_every`-th clock and of the last as an observer that waits for that
+ * clock's model (client.h, `observe`), evaluates it and saves the final
+ * model, so that no training worker ever waits for an evaluation.
  *
  * Local (--local): the same model, initialisation and data order in one
- * process without servers: step t takes the UNION of the W workers' batches
- * for (epoch, step), in rank order, as one batch and applies the optimizer
- * to its mean gradient. A BSP cluster of W workers with batch b therefore
- * computes what --local --workers W with batch b computes, up to float
- * rounding.
+ * process without servers: per clock, each of the W simulated workers'
+ * batches goes through the backend, and the W gradients are combined with
+ * the servers' example-weighted mean in rank order (server/mean.h) before
+ * one optimizer step. A BSP cluster of W workers with batch b therefore
+ * computes bit for bit what --local --workers W with batch b computes.
  *
  * Not here: flag parsing (worker_main.c), the arithmetic (backend.h), the
  * data order rule (data.h), the wire protocol (client.h).
@@ -37,8 +43,11 @@ typedef struct zps_trainer_config {
     uint32_t rank;    /* this worker, < workers */
     uint32_t workers; /* W */
     int timeout_ms;   /* client call timeout; -1 waits forever */
+    int wait_log_ms;  /* log what a call waits for after this long, then every 3x (0: never) */
     bool local;       /* train in this process, no servers */
     bool init_only;   /* rank 0: initialise the servers and return */
+    bool evaluator;   /* observe and evaluate the servers' model; train nothing */
+    bool evaluate;    /* rank 0: evaluate (off when an evaluator process does) */
 
     /* what to train */
     const char *model;    /* spec (model.h); NULL: the data's default */
@@ -74,7 +83,7 @@ typedef struct zps_trainer_config {
 /* No servers, rank 0 of 1, fashion-mnist from /usr/share/datasets/fashion-mnist,
  * batch 64, 1 epoch, seed 1, backend auto, 1 BLAS thread, timeout -1,
  * optimizer defaults of zps_opt_config_default, no padding or stragglers,
- * final_wait on, progress on, 10 s lines. */
+ * final_wait on, rank 0 evaluates, progress on, 10 s lines. */
 void zps_trainer_config_default(zps_trainer_config_t *cfg);
 
 typedef struct zps_trainer_result {

@@ -17,68 +17,79 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: zps-worker --servers E1,E2,... --rank R --workers W [options]\n"
-               "       zps-worker --local [--workers W] [options]\n"
-               "\n"
-               "Trains a model on a zps cluster (pull, compute the gradient, push, per clock),\n"
-               "or with --local in this process alone with the same data order.\n"
-               "\n"
-               "Cluster:\n"
-               "  --servers LIST         server endpoints in shard order, comma-separated\n"
-               "  --rank R               this worker's rank in [0, W) (default 0)\n"
-               "  --workers W            number of workers (default 1)\n"
-               "  --timeout MS           give up on a pull or push after MS ms\n"
-               "                         (default -1: wait forever)\n"
-               "  --init-only            rank 0: initialise the servers' model, then exit\n"
-               "  --local                no servers: simulate W workers' data order in one\n"
-               "                         process and apply the optimizer here\n"
-               "\n"
-               "Training:\n"
-               "  --model SPEC           mlp:I-H1-...-O or linear:D (default mlp:784-256-128-10,\n"
-               "                         or linear:D for synthetic data)\n"
-               "  --data SET             fashion-mnist (default), or synthetic with options\n"
-               "                         synthetic:n=N,test=M,dim=D,noise=S,seed=X\n"
-               "  --data-dir DIR         Fashion-MNIST files\n"
-               "                         (default /usr/share/datasets/fashion-mnist)\n"
-               "  --batch B              examples per worker per clock (default 64)\n"
-               "  --epochs E             passes over the training set (default 1)\n"
-               "  --clocks K             run exactly K clocks instead of --epochs\n"
-               "  --seed S               initialisation, data order, synthetic data (default 1)\n"
-               "  --backend NAME         cpu, cuda or auto (default auto: cuda when a device\n"
-               "                         works, else cpu)\n"
-               "  --device I             CUDA device index (default 0)\n"
-               "  --blas-threads N       OpenBLAS threads for the cpu backend (default 1)\n"
-               "\n"
-               "Optimizer (--local only; a cluster uses the servers' flags):\n"
-               "%s"
-               "\n"
-               "Step time and stragglers (docs/launch.md; every delay is in the metrics):\n"
-               "  --base-step-ms MS      pad each step's compute (data, forward, backward) to MS\n"
-               "                         milliseconds by sleeping (default 0: no padding)\n"
-               "  --slowdown K           every step's work takes K times as long (K >= 1)\n"
-               "  --delay MS             a fixed extra delay of MS milliseconds per step\n"
-               "  --random-delay D:MEAN  a random delay per step: exp:MEAN (exponential) or\n"
-               "                         uniform:MEAN (uniform on [0, 2*MEAN)), milliseconds\n"
-               "  --intermittent K:P     each step's work takes K times as long with\n"
-               "                         probability P\n"
-               "  --pause-at T:MS        pause MS milliseconds once, in the step of clock T\n"
-               "  --straggler-ranks SET  ranks the straggler flags apply to: all (default), or\n"
-               "                         a list such as 3 or 0,2-3 (the padding applies to all)\n"
-               "  --straggler-seed S     seed of the random delays (default: --seed)\n"
-               "  --no-final-wait        worker 0 under SSP/ASP: evaluate at once after its last\n"
-               "                         clock instead of waiting for the others' last pushes\n"
-               "\n"
-               "Reporting:\n"
-               "  --eval-every K         worker 0 evaluates the test set every K clocks\n"
-               "                         (default 0: only at the end)\n"
-               "  --metrics FILE         write JSON lines (run, step, eval records) to FILE\n"
-               "  --save-params FILE     worker 0 (or --local): write the final parameters to\n"
-               "                         FILE as raw little-endian float32\n"
-               "  --no-progress          no progress line on stderr\n"
-               "  --progress-every S     seconds between progress lines when stderr is not a\n"
-               "                         terminal (default 10)\n"
-               "  --log-level LEVEL      debug, info, warn, error (default info)\n"
-               "  --help                 this text\n",
+    fprintf(f,
+            "usage: zps-worker --servers E1,E2,... --rank R --workers W [options]\n"
+            "       zps-worker --local [--workers W] [options]\n"
+            "\n"
+            "Trains a model on a zps cluster (pull, compute the gradient, push, per clock),\n"
+            "or with --local in this process alone with the same data order.\n"
+            "\n"
+            "Cluster:\n"
+            "  --servers LIST         server endpoints in shard order, comma-separated\n"
+            "  --rank R               this worker's rank in [0, W) (default 0)\n"
+            "  --workers W            number of workers (default 1)\n"
+            "  --timeout MS           give up on a pull or push after MS ms\n"
+            "                         (default -1: wait forever)\n"
+            "  --wait-log-ms MS       a pull or push still waiting after MS ms logs which\n"
+            "                         server it waits for, then every 3*MS (default 10000;\n"
+            "                         0: never)\n"
+            "  --init-only            rank 0: initialise the servers' model, then exit\n"
+            "  --local                no servers: simulate W workers' data order in one\n"
+            "                         process and apply the optimizer here\n"
+            "  --evaluator            train nothing: observe the servers' model of every\n"
+            "                         --eval-every clocks and of the last, evaluate it and\n"
+            "                         save it (--save-params); no worker waits for it\n"
+            "  --no-eval              worker 0: do not evaluate (an evaluator does)\n"
+            "\n"
+            "Training:\n"
+            "  --model SPEC           mlp:I-H1-...-O or linear:D (default mlp:784-256-128-10,\n"
+            "                         or linear:D for synthetic data)\n"
+            "  --data SET             fashion-mnist (default), or synthetic with options\n"
+            "                         synthetic:n=N,test=M,dim=D,classes=C,noise=S,seed=X\n"
+            "                         (regression; with classes=C >= 2, C classes)\n"
+            "  --data-dir DIR         Fashion-MNIST files\n"
+            "                         (default /usr/share/datasets/fashion-mnist)\n"
+            "  --batch B              examples per worker per clock (default 64)\n"
+            "  --epochs E             passes over the training set (default 1)\n"
+            "  --clocks K             run exactly K clocks instead of --epochs\n"
+            "  --seed S               initialisation, data order, synthetic data (default 1)\n"
+            "  --backend NAME         cpu, cuda or auto (default auto: cuda when a device\n"
+            "                         works, else cpu)\n"
+            "  --device I             CUDA device index (default 0)\n"
+            "  --blas-threads N       OpenBLAS threads for the cpu backend (default 1)\n"
+            "\n"
+            "Optimizer (--local only; a cluster uses the servers' flags):\n"
+            "%s"
+            "\n"
+            "Step time and stragglers (docs/launch.md; every delay is in the metrics):\n"
+            "  --base-step-ms MS      pad each step's compute (data, forward, backward) to MS\n"
+            "                         milliseconds by sleeping (default 0: no padding)\n"
+            "  --slowdown K           every step's work takes K times as long (K >= 1)\n"
+            "  --delay MS             a fixed extra delay of MS milliseconds per step\n"
+            "  --random-delay D:MEAN  a random delay per step: exp:MEAN (exponential) or\n"
+            "                         uniform:MEAN (uniform on [0, 2*MEAN)), milliseconds\n"
+            "  --intermittent K:P     each step's work takes K times as long with\n"
+            "                         probability P\n"
+            "  --pause-at T:MS        pause MS milliseconds once, in the step of clock T\n"
+            "  --straggler-ranks SET  ranks the straggler flags apply to: all (default), or\n"
+            "                         a list such as 3 or 0,2-3 (the padding applies to all)\n"
+            "  --straggler-seed S     seed of the random delays (default: --seed)\n"
+            "  --no-final-wait        worker 0 under SSP/ASP: evaluate at once after its last\n"
+            "                         clock instead of waiting for the others' last pushes\n"
+            "\n"
+            "Reporting:\n"
+            "  --eval-every K         worker 0 (or the evaluator) evaluates the test set\n"
+            "                         every K clocks\n"
+            "                         (default 0: only at the end)\n"
+            "  --metrics FILE         write JSON lines (run, step, eval records) to FILE\n"
+            "  --save-params FILE     the evaluating process (worker 0, the evaluator or\n"
+            "                         --local): write the final parameters to\n"
+            "                         FILE as raw little-endian float32\n"
+            "  --no-progress          no progress line on stderr\n"
+            "  --progress-every S     seconds between progress lines when stderr is not a\n"
+            "                         terminal (default 10)\n"
+            "  --log-level LEVEL      debug, info, warn, error (default info)\n"
+            "  --help                 this text\n",
             zps_opt_flags_usage);
 }
 
@@ -87,8 +98,11 @@ enum {
     OPT_RANK,
     OPT_WORKERS,
     OPT_TIMEOUT,
+    OPT_WAIT_LOG,
     OPT_INIT_ONLY,
     OPT_LOCAL,
+    OPT_EVALUATOR,
+    OPT_NO_EVAL,
     OPT_MODEL,
     OPT_DATA,
     OPT_DATA_DIR,
@@ -122,8 +136,11 @@ static const struct option options[] = {
     {"rank", required_argument, NULL, OPT_RANK},
     {"workers", required_argument, NULL, OPT_WORKERS},
     {"timeout", required_argument, NULL, OPT_TIMEOUT},
+    {"wait-log-ms", required_argument, NULL, OPT_WAIT_LOG},
     {"init-only", no_argument, NULL, OPT_INIT_ONLY},
     {"local", no_argument, NULL, OPT_LOCAL},
+    {"evaluator", no_argument, NULL, OPT_EVALUATOR},
+    {"no-eval", no_argument, NULL, OPT_NO_EVAL},
     {"model", required_argument, NULL, OPT_MODEL},
     {"data", required_argument, NULL, OPT_DATA},
     {"data-dir", required_argument, NULL, OPT_DATA_DIR},
@@ -228,11 +245,22 @@ int main(int argc, char **argv)
                 BAD_FLAG("--timeout", a, "milliseconds >= 1, or -1 to wait forever");
             cfg.timeout_ms = (int)l;
             break;
+        case OPT_WAIT_LOG:
+            if (zps_parse_long(a, 0, 86400000, &l))
+                BAD_FLAG("--wait-log-ms", a, "milliseconds >= 0 (0: never)");
+            cfg.wait_log_ms = (int)l;
+            break;
         case OPT_INIT_ONLY:
             cfg.init_only = true;
             break;
         case OPT_LOCAL:
             cfg.local = true;
+            break;
+        case OPT_EVALUATOR:
+            cfg.evaluator = true;
+            break;
+        case OPT_NO_EVAL:
+            cfg.evaluate = false;
             break;
         case OPT_MODEL:
             cfg.model = a;
@@ -375,6 +403,11 @@ int main(int argc, char **argv)
         rc = bad_usage("--servers is required (or --local to train without servers)");
         goto out;
     }
+    if (cfg.evaluator && (cfg.local || cfg.init_only || !cfg.evaluate)) {
+        rc = bad_usage("--evaluator only observes and evaluates: drop --local, --init-only and "
+                       "--no-eval");
+        goto out;
+    }
     if (cfg.init_only && cfg.rank != 0) {
         rc = bad_usage("--init-only is for worker 0, which initialises the model");
         goto out;
@@ -394,6 +427,8 @@ int main(int argc, char **argv)
     char tag[32];
     if (cfg.local)
         snprintf(tag, sizeof(tag), "local");
+    else if (cfg.evaluator)
+        snprintf(tag, sizeof(tag), "evaluator");
     else
         snprintf(tag, sizeof(tag), "worker %u", cfg.rank);
     zps_log_set_tag(tag);
@@ -401,7 +436,7 @@ int main(int argc, char **argv)
         zps_warn("optimizer flags are ignored without --local: the servers apply their own");
     char desc[256];
     uint32_t me = cfg.local ? 0 : cfg.rank;
-    if (sc->base_step_ms > 0 || zps_straggler_applies(sc, me))
+    if (!cfg.evaluator && (sc->base_step_ms > 0 || zps_straggler_applies(sc, me)))
         zps_info("step time: %s", zps_straggler_describe(sc, me, desc, sizeof(desc)));
 
     zps_trainer_result_t res;
@@ -412,9 +447,11 @@ int main(int argc, char **argv)
     rc = 0;
     if (cfg.init_only)
         goto out;
-    zps_info("%llu training examples in %.2f s without evaluations: %.0f examples/s (%s)",
-             (unsigned long long)res.examples, res.train_seconds,
-             res.train_seconds > 0 ? (double)res.examples / res.train_seconds : 0.0, res.backend);
+    if (!cfg.evaluator)
+        zps_info("%llu training examples in %.2f s without evaluations: %.0f examples/s (%s)",
+                 (unsigned long long)res.examples, res.train_seconds,
+                 res.train_seconds > 0 ? (double)res.examples / res.train_seconds : 0.0,
+                 res.backend);
     if (!res.evaluated)
         goto out;
     if (isnan(res.final.accuracy))

@@ -3,7 +3,9 @@
  * exits 0 and leaves a complete run folder with a valid summary.json; a
  * worker killed mid-run makes launch exit 1 naming it; Ctrl-C (SIGINT) stops
  * the cluster with status 130; a server that cannot start is named; bad
- * usage exits 2. After each run, no process it started may be alive.
+ * usage exits 2, and a bad value for the servers or workers is refused in
+ * one line before anything is created or started. After each run, no
+ * process it started may be alive.
  *
  * Uses Fashion-MNIST when installed, else a synthetic regression set (then
  * there is no accuracy, and the accuracy checks are skipped).
@@ -17,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -111,10 +114,10 @@ static void test_short_run(void **state)
     }
     assert_true(lu_all_gone(run));
 
-    const char *files[] = {"summary.json", "summary.tsv",    "commands.txt",   "processes.tsv",
-                           "stats.jsonl",  "server-0.log",   "server-1.log",   "worker-0.log",
-                           "worker-1.log", "worker-0.jsonl", "worker-1.jsonl", "eval.tsv",
-                           "loss.tsv",     "staleness.tsv",  "workers.tsv"};
+    const char *files[] = {
+        "summary.json",   "summary.tsv",  "commands.txt", "processes.tsv",        "stats.jsonl",
+        "server-0.log",   "server-1.log", "worker-0.log", "worker-1.log",         "worker-0.jsonl",
+        "worker-1.jsonl", "eval.tsv",     "loss.tsv",     "update_staleness.tsv", "workers.tsv"};
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
         assert_file(run, files[i]);
 
@@ -152,12 +155,17 @@ static void test_short_run(void **state)
     assert_int_equal(to->count, 2);
     assert_non_null(zps_json_get(to, "0.3"));
     assert_int_equal(zps_json_get(to, "0.999")->type, ZPS_JSON_NULL);
-    const zps_json_t *st = zps_json_get(s, "staleness");
+    const zps_json_t *st = zps_json_get(s, "update_staleness");
     assert_non_null(st);
     assert_true(num(st, "p50") <= num(st, "p99"));
     assert_true(num(st, "p99") <= num(st, "max"));
     /* Two ASP workers, one shard's pushes counted at both shards. */
     assert_true(num(st, "count") == 2 * 2 * 30);
+    /* The workers' clock lag, over their steps up to the training end. */
+    const zps_json_t *lag = zps_json_get(s, "clock_lag");
+    assert_non_null(lag);
+    assert_true(num(lag, "count") > 0 && num(lag, "count") <= 2 * 30);
+    assert_true(num(lag, "p50") <= num(lag, "max"));
     if (lu_have_fashion()) {
         double acc = num(s, "final_test_accuracy");
         assert_true(acc > 0.3 && acc <= 1.0);
@@ -237,9 +245,10 @@ static void test_server_fails(void **state)
     lu_tmpdir(tmp, sizeof(tmp));
     snprintf(runs, sizeof(runs), "%s/runs", tmp);
     snprintf(run, sizeof(run), "%s/bad", runs);
-    /* Every server gets the impossible learning rate and exits 2 at once;
-     * the first to exit is named. */
-    const char *args[] = {"--runs-dir", runs, "--name",    "bad",     "--server-arg=--lr=-1",
+    /* Every server gets a flag it does not know (launch checks the values it
+     * hands on, not zps-server's other flags) and exits 2 at once; the first
+     * to exit is named. */
+    const char *args[] = {"--runs-dir", runs, "--name",    "bad",     "--server-arg=--no-such-flag",
                           "--clocks",   "10", data_flag(), "--quiet", "--no-progress",
                           NULL};
     assert_int_equal(lu_run(tmp, args, 60), 1);
@@ -285,12 +294,88 @@ static void test_bad_usage(void **state)
     lu_rmtree(tmp);
 }
 
+/* Counts the lines of a file; -1 when it cannot be read. */
+static int count_lines(const char *path)
+{
+    char *text = lu_read(path);
+    if (!text)
+        return -1;
+    int n = 0;
+    for (const char *p = text; *p; p++)
+        n += *p == '\n';
+    free(text);
+    return n;
+}
+
+/*
+ * A bad value launch hands on to the workers or servers is refused before
+ * anything happens: exit 2, one line on stderr, no run folder, and no
+ * process started (the server and worker "binaries" here are scripts that
+ * leave a mark when run).
+ */
+static void test_bad_child_values(void **state)
+{
+    (void)state;
+    char tmp[256], runs[300], mark[300], fake[300], path[320];
+    lu_tmpdir(tmp, sizeof(tmp));
+    snprintf(runs, sizeof(runs), "%s/runs", tmp);
+    snprintf(mark, sizeof(mark), "%s/started", tmp);
+    snprintf(fake, sizeof(fake), "%s/fake-bin", tmp);
+    FILE *f = fopen(fake, "w");
+    assert_non_null(f);
+    fprintf(f, "#!/bin/sh\ntouch '%s'\n", mark);
+    fclose(f);
+    assert_int_equal(chmod(fake, 0755), 0);
+
+    const char *cases[][4] = {
+        {"--batch", "0", NULL, NULL},
+        {"--backend", "gpu", NULL, NULL},
+        {"--epochs", "1", "--clocks", "5"},
+        {"--epochs", "-1", NULL, NULL},
+        {"--epochs", "x", NULL, NULL},
+        {"--clocks", "0", NULL, NULL},
+        {"--eval-every", "x", NULL, NULL},
+        {"--model", "mlp:784", NULL, NULL},
+        {"--data", "mnist", NULL, NULL},
+        {"--slowdown", "0.5", NULL, NULL},
+        {"--random-delay", "exp", NULL, NULL},
+        {"--pause-at", "5", NULL, NULL},
+        {"--straggler-ranks", "x", NULL, NULL},
+        {"--lr", "x", NULL, NULL},
+        {"--optimizer", "sgd", "--nesterov", NULL},
+        {"--worker-timeout", "-1", NULL, NULL},
+        {"--worker-arg", "--timeout=0", NULL, NULL},
+        {"--worker-arg", "--bogus", NULL, NULL},
+        {"--lr-staleness", "inverse", NULL, NULL}, /* bsp */
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const char *args[12] = {"--runs-dir", runs, "--server-bin", fake, "--worker-bin", fake};
+        int n = 6;
+        for (int k = 0; k < 4 && cases[i][k]; k++)
+            args[n++] = cases[i][k];
+        args[n] = NULL;
+        int rc = lu_run(tmp, args, 30);
+        snprintf(path, sizeof(path), "%s/stderr", tmp);
+        int lines = count_lines(path);
+        if (rc != 2 || lines != 1) {
+            char *err = lu_read(path);
+            fail_msg("zps launch %s %s: exit %d and %d lines on stderr, expected 2 and 1:\n%s",
+                     cases[i][0], cases[i][1] ? cases[i][1] : "", rc, lines, err ? err : "");
+        }
+        if (access(runs, F_OK) == 0)
+            fail_msg("zps launch %s %s created %s", cases[i][0], cases[i][1], runs);
+        if (access(mark, F_OK) == 0)
+            fail_msg("zps launch %s %s started a process", cases[i][0], cases[i][1]);
+    }
+    lu_rmtree(tmp);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_usage),     cmocka_unit_test(test_short_run),
         cmocka_unit_test(test_worker_killed), cmocka_unit_test(test_interrupted),
-        cmocka_unit_test(test_server_fails),
+        cmocka_unit_test(test_server_fails),  cmocka_unit_test(test_bad_child_values),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
