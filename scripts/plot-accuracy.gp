@@ -11,7 +11,7 @@ set multiplot layout layout_rows, layout_cols title sprintf("Test accuracy again
 do for [i = 1:nsettings] {
     s = word(settings, i)
     set title "stragglers: ".s
-    set xlabel "seconds since worker 0's first step"
+    set xlabel "seconds of training"
     set ylabel "test accuracy"
     set key bottom right
     plot for [j = 1:nmodes] sprintf("%s/runs/%s/%s/eval.tsv", out, s, word(modes, j)) \
