@@ -192,31 +192,8 @@ static int add_eval(zps_runstats_t *rs, wstat_t *w, const zps_json_t *o)
     return 0;
 }
 
-int zps_runstats_add_line(zps_runstats_t *rs, uint32_t rank, const char *line)
-{
-    if (rank >= rs->workers)
-        return ZPS_EINVAL;
-    zps_json_t *o = NULL;
-    int rc = zps_json_parse(line, &o, NULL, 0);
-    if (rc)
-        return rc;
-    if (o->type != ZPS_JSON_OBJECT) {
-        zps_json_free(o);
-        return ZPS_EINVAL;
-    }
-    const char *type = zps_json_string(zps_json_get(o, "type"));
-    wstat_t *w = &rs->w[rank];
-    if (type && strcmp(type, "run") == 0)
-        rc = add_run(w, o);
-    else if (type && strcmp(type, "step") == 0)
-        rc = add_step(w, o);
-    else if (type && strcmp(type, "eval") == 0)
-        rc = add_eval(rs, w, o);
-    zps_json_free(o);
-    return rc;
-}
-
-int zps_runstats_add_eval_line(zps_runstats_t *rs, const char *line)
+/* One metrics line of worker w, or of the evaluator when w is NULL (its eval lines only). */
+static int add_metrics_line(zps_runstats_t *rs, wstat_t *w, const char *line)
 {
     zps_json_t *o = NULL;
     int rc = zps_json_parse(line, &o, NULL, 0);
@@ -228,9 +205,25 @@ int zps_runstats_add_eval_line(zps_runstats_t *rs, const char *line)
     }
     const char *type = zps_json_string(zps_json_get(o, "type"));
     if (type && strcmp(type, "eval") == 0)
-        rc = add_eval(rs, NULL, o);
+        rc = add_eval(rs, w, o);
+    else if (w && type && strcmp(type, "run") == 0)
+        rc = add_run(w, o);
+    else if (w && type && strcmp(type, "step") == 0)
+        rc = add_step(w, o);
     zps_json_free(o);
     return rc;
+}
+
+int zps_runstats_add_line(zps_runstats_t *rs, uint32_t rank, const char *line)
+{
+    if (rank >= rs->workers)
+        return ZPS_EINVAL;
+    return add_metrics_line(rs, &rs->w[rank], line);
+}
+
+int zps_runstats_add_eval_line(zps_runstats_t *rs, const char *line)
+{
+    return add_metrics_line(rs, NULL, line);
 }
 
 /* Seconds from the training start to evaluation e's model (NaN if unknown). */

@@ -219,6 +219,51 @@ static void test_summary(void **state)
     zps_runstats_free(rs);
 }
 
+/*
+ * The evaluator's lines (rank -1, `elapsed` from its own start): placed on
+ * the training's time line by their wall clock. Training start 1000.0 (worker
+ * 0's first step line: wall 1000.1, elapsed 0.1); the evaluator started at
+ * 999.5, so its own elapsed values are 0.7 s larger than the training's.
+ */
+static void test_evaluator_lines(void **state)
+{
+    (void)state;
+    zps_runstats_t *rs = NULL;
+    assert_int_equal(zps_runstats_new(1, 1, &rs), 0);
+    for (unsigned t = 0; t < 4; t++)
+        step(rs, 0, t, 1000.1 + 0.1 * t, 0.1 + 0.1 * t, 1.0, 1.0, 10.0, 0, 0);
+    const char *ev[] = {
+        "{\"type\":\"run\",\"mode\":\"evaluator\",\"clocks\":99}",
+        "{\"type\":\"eval\",\"rank\":-1,\"clock\":2,\"epoch\":0.2,\"wall\":1000.25,"
+        "\"elapsed\":0.75,\"test_loss\":0.5,\"test_accuracy\":0.84,\"version_min\":2,"
+        "\"version_max\":2,\"examples\":100,\"eval_ms\":1,\"final\":false}",
+        "{\"type\":\"eval\",\"rank\":-1,\"clock\":4,\"epoch\":0.4,\"wall\":1000.45,"
+        "\"elapsed\":0.95,\"test_loss\":0.4,\"test_accuracy\":0.86,\"version_min\":4,"
+        "\"version_max\":4,\"examples\":100,\"eval_ms\":1,\"final\":true}",
+    };
+    for (size_t i = 0; i < 3; i++)
+        assert_int_equal(zps_runstats_add_eval_line(rs, ev[i]), 0);
+    assert_int_equal(zps_runstats_add_eval_line(rs, "[1]"), ZPS_EINVAL);
+
+    double sec = -1;
+    uint64_t clock = 0;
+    assert_true(zps_runstats_target(rs, 0.85, &sec, &clock));
+    assert_true(fabs(sec - 0.45) < 1e-9); /* 1000.45 - 1000.0, not its own 0.95 */
+    assert_int_equal(clock, 4);
+    assert_true(zps_runstats_target(rs, 0.84, &sec, &clock));
+    assert_true(fabs(sec - 0.25) < 1e-9);
+    assert_int_equal(clock, 2);
+    assert_false(zps_runstats_target(rs, 0.9, &sec, &clock));
+
+    zps_runstats_result_t res;
+    zps_runstats_result(rs, &res);
+    assert_true(res.final_accuracy == 0.86);
+    assert_int_equal(res.final_clock, 4);
+    /* From the training start to when the final model existed. */
+    assert_true(fabs(res.train_seconds - 0.45) < 1e-9);
+    zps_runstats_free(rs);
+}
+
 static void test_live(void **state)
 {
     (void)state;
@@ -300,9 +345,10 @@ static void test_bad_input(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_json_values), cmocka_unit_test(test_json_errors),
-        cmocka_unit_test(test_summary),     cmocka_unit_test(test_live),
-        cmocka_unit_test(test_tables),      cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_json_values),     cmocka_unit_test(test_json_errors),
+        cmocka_unit_test(test_summary),         cmocka_unit_test(test_live),
+        cmocka_unit_test(test_tables),          cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_evaluator_lines),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
