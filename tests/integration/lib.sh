@@ -29,6 +29,14 @@ start_server() {
     ep=$(cat "$dir/$name.ep")
 }
 
+# dead_endpoint : sets $dead to an endpoint nobody listens on (a server's, after it stopped)
+dead_endpoint() {
+    start_server gone --workers 1
+    dead=$ep
+    kill "${pids[-1]}"
+    wait "${pids[-1]}" 2>/dev/null || true
+}
+
 # expect_status WANT CMD... : runs CMD (output in $dir/out, $dir/err), checks its exit status
 expect_status() {
     local want=$1; shift

@@ -10,11 +10,7 @@ server_bin=$1
 worker_bin=$2
 . "$(dirname "$0")/lib.sh"
 
-# A port nobody listens on: a server's, after it has stopped.
-start_server gone --workers 1
-dead=$ep
-kill "${pids[-1]}"
-wait "${pids[-1]}" 2>/dev/null || true
+dead_endpoint
 
 data=(--data synthetic:n=200,test=20,dim=4 --no-progress)
 
