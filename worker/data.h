@@ -81,6 +81,9 @@ int zps_idx_read(const char *path, zps_idx_t *out, char *err, size_t err_size);
 int zps_dataset_load_idx(const char *images_path, const char *labels_path, uint32_t classes,
                          zps_dataset_t *out, char *err, size_t err_size);
 
+/* Where Debian's dataset-fashion-mnist package puts the files: the default --data-dir. */
+#define ZPS_FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
+
 /*
  * Loads Fashion-MNIST from `dir`: split "train" (60000 examples) or "t10k"
  * (10000), files <split>-images-idx3-ubyte.gz and <split>-labels-idx1-ubyte.gz.

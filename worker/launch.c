@@ -885,7 +885,6 @@ static int check_child_flags(const options_t *o)
 #define RECIPE_EPOCHS 6
 #define RECIPE_MOMENTUM "0.9"
 #define RECIPE_LR_PER_EXAMPLE (0.05 / 128.0)
-#define FASHION_DIR "/usr/share/datasets/fashion-mnist"
 
 /* The value of the last `--name` in args (either form), or NULL. */
 static const char *last_value(const strvec_t *args, const char *flag)
@@ -944,8 +943,8 @@ static int plan_run(options_t *o)
     else if (!ev)
         bad |= sv_push(wa, "--epochs") || sv_pushf(wa, "%d", RECIPE_EPOCHS);
     char err[512];
-    if (zps_dataset_train_size(data ? data : "fashion-mnist", dir ? dir : FASHION_DIR, &n, err,
-                               sizeof(err)) != 0) {
+    if (zps_dataset_train_size(data ? data : "fashion-mnist", dir ? dir : ZPS_FASHION_MNIST_DIR, &n,
+                               err, sizeof(err)) != 0) {
         fprintf(stderr, "zps launch: %s\n", err);
         return EXIT_USAGE;
     }

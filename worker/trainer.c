@@ -74,7 +74,7 @@ void zps_trainer_config_default(zps_trainer_config_t *cfg)
     cfg->timeout_ms = -1;
     cfg->wait_log_ms = 10000;
     cfg->data = "fashion-mnist";
-    cfg->data_dir = "/usr/share/datasets/fashion-mnist";
+    cfg->data_dir = ZPS_FASHION_MNIST_DIR;
     cfg->batch = 64;
     cfg->epochs = 1;
     cfg->seed = 1;
