@@ -95,7 +95,8 @@ static double num(const zps_json_t *o, const char *key)
 /* Measured sleep against the schedule's parts, over one worker's steps. */
 typedef struct delay_check {
     size_t n;
-    double sum_abs, max_abs;
+    double diffs[CLOCKS];
+    double max_abs;
     size_t off; /* steps whose measured delay is more than 5 ms from the asked one */
     double pause_at_20, pause_elsewhere, fixed_min, fixed_max;
     double work_sum; /* step - pull - push: compute, padding and delay, measured */
@@ -108,7 +109,8 @@ static void check_step(const zps_json_t *s, void *arg)
     double asked = num(s, "slowdown_ms") + num(s, "intermittent_ms") + num(s, "fixed_delay_ms") +
                    num(s, "random_delay_ms") + num(s, "pause_ms");
     double diff = fabs(num(s, "delay_ms") - asked);
-    c->sum_abs += diff;
+    if (c->n < CLOCKS)
+        c->diffs[c->n] = diff;
     if (diff > c->max_abs)
         c->max_abs = diff;
     c->off += diff > 5.0;
@@ -129,6 +131,12 @@ static void check_step(const zps_json_t *s, void *arg)
     }
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
 static delay_check_t check_worker(const run_t *r, int rank)
 {
     char path[512];
@@ -139,11 +147,17 @@ static delay_check_t check_worker(const run_t *r, int rank)
     /* Sleeps overshoot by scheduler latency: tenths of a millisecond on an
      * idle machine, a few on a busy one, and now and then tens when the
      * cores are taken (more so in the sanitizer build). A schedule that is
-     * wrong shows in the mean; scheduling noise only in a minority of steps. */
-    if (!(c.sum_abs / (double)c.n < 1.5 && c.off * 5 <= c.n))
-        fail_msg("worker %d: measured delays differ from the asked ones by %.3f ms on average, "
+     * wrong shows in the typical step; scheduling noise only in a minority of
+     * steps, and one late wake-up of a few hundred ms must not move the
+     * verdict, so the median is judged, not the mean. */
+    double sorted[CLOCKS];
+    memcpy(sorted, c.diffs, sizeof(sorted));
+    qsort(sorted, CLOCKS, sizeof(double), cmp_double);
+    double median = (sorted[CLOCKS / 2 - 1] + sorted[CLOCKS / 2]) / 2.0;
+    if (!(median < 1.5 && c.off * 5 <= c.n))
+        fail_msg("worker %d: measured delays differ from the asked ones by %.3f ms (median), "
                  "%.3f at most, by more than 5 ms in %zu of %zu steps",
-                 rank, c.sum_abs / (double)c.n, c.max_abs, c.off, c.n);
+                 rank, median, c.max_abs, c.off, c.n);
     return c;
 }
 
