@@ -27,7 +27,7 @@
 #include "checksum.h"
 #include "error.h"
 #include "log.h"
-#include "stats.h"
+#include "hist.h"
 #include "store.h"
 #include "strbuf.h"
 #include "timeutil.h"

@@ -2,7 +2,7 @@
  * server.h - zps-server's daemon: one shard behind a ZeroMQ ROUTER socket,
  * driven by a libuv loop.
  *
- * Checkpoints (server/checkpoint.c has the format) are written every
+ * Checkpoints (checkpoint/checkpoint.c has the format) are written every
  * checkpoint_every versions, on SIGTERM and on a CHECKPOINT request: the loop
  * copies the shard's state, a threadpool thread writes and syncs it, and the
  * result comes back to the loop. Under BSP a checkpoint is taken between
@@ -22,7 +22,7 @@
 #include <stdint.h>
 
 #include "optimizer.h"
-#include "staleness.h"
+#include "consistency.h"
 
 /* How pushes applied on arrival (SSP, ASP) scale the learning rate. */
 typedef enum zps_lr_staleness {

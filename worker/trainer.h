@@ -18,7 +18,7 @@
  * Local (--local): the same model, initialisation and data order in one
  * process without servers: per clock, each of the W simulated workers'
  * batches goes through the backend, and the W gradients are combined with
- * the servers' example-weighted mean in rank order (server/mean.h) before
+ * the servers' example-weighted mean in rank order (optimizer/mean.h) before
  * one optimizer step. A BSP cluster of W workers with batch b therefore
  * computes bit for bit what --local --workers W with batch b computes.
  *

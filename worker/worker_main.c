@@ -213,7 +213,7 @@ int main(int argc, char **argv)
     int c;
     while ((c = getopt_long(argc, argv, "", options, NULL)) != -1) {
         const char *a = optarg;
-        /* The optimizer flags are zps-server's own (server/opt_flags.c). */
+        /* The optimizer flags are zps-server's own (optimizer/opt_flags.c). */
         if (c >= ZPS_OPT_FLAG_FIRST && c < ZPS_OPT_FLAG_END) {
             if (zps_opt_flag_apply(&optf, c, a, why, sizeof(why)) != 0) {
                 rc = bad_usage(why);

@@ -36,7 +36,7 @@
 
 /*
  * noinline: each is timed as a call, like zps_optimizer_step. The loops get
- * the same instruction-set versions as the optimizer's (server/optimizer.c),
+ * the same instruction-set versions as the optimizer's (optimizer/optimizer.c),
  * so that both sides of a ratio use the same vector width.
  */
 #if defined(__x86_64__) && defined(__GLIBC__) && defined(__has_attribute)

@@ -2,7 +2,7 @@
  * test_optimizer.c - the optimizer math against references computed here.
  *
  * Two kinds of reference, both written in this file and independent of
- * server/optimizer.c:
+ * optimizer/optimizer.c:
  *   - float64 from the published formulas (PyTorch's SGD, Adam, AdamW and
  *     Adagrad), compared within 1e-6 relative: the code computes the right
  *     thing;

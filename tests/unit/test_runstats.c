@@ -1,7 +1,7 @@
 /*
- * test_runstats.c - `zps launch`'s figures (worker/runstats.c) from metrics
+ * test_runstats.c - `zps launch`'s figures (tool/runstats.c) from metrics
  * lines and STATS replies written by hand, against values worked out by hand
- * in the comments; and the JSON reader they rest on (worker/json.c).
+ * in the comments; and the JSON reader they rest on (common/json.c).
  */
 #include <math.h>
 #include <setjmp.h>

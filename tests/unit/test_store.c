@@ -14,7 +14,7 @@
 
 #include "checksum.h"
 #include "error.h"
-#include "stats.h"
+#include "hist.h"
 #include "store.h"
 
 static void test_weighted_mean_by_hand(void **state)

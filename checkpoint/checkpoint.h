@@ -33,7 +33,7 @@
 
 #include "optimizer.h"
 #include "shard.h"
-#include "staleness.h"
+#include "consistency.h"
 
 /* The format this build writes and the only one it reads. */
 #define ZPS_CKPT_FORMAT 1

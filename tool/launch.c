@@ -570,7 +570,7 @@ static int parse_options(int argc, char **argv, options_t *o)
  * A bad value handed on to W workers would make each of them print its
  * usage and exit, after the run folder was made and the servers started. So
  * every value launch hands on is checked here first, with the parsers the
- * children use (common/parse.c, model.c, straggler.c, server/opt_flags.c)
+ * children use (common/parse.c, model.c, straggler.c, optimizer/opt_flags.c)
  * and the ranges and wording of zps-worker's and zps-server's own checks,
  * and a bad one is refused in one line.
  */
@@ -634,7 +634,7 @@ static const struct worker_flag {
     {"log-level", WF_LOG_LEVEL, 0, 0, "debug, info, warn or error"},
 };
 
-/* zps-server's and zps-worker --local's optimizer flags (server/opt_flags.h). */
+/* zps-server's and zps-worker --local's optimizer flags (optimizer/opt_flags.h). */
 static const struct option optimizer_flags[] = {ZPS_OPT_FLAG_OPTIONS};
 
 /* "--name=value" or "--name" then "value": splits args[*i] and takes its value. */
@@ -1993,7 +1993,7 @@ int zps_cmd_launch(int argc, char **argv)
     char self_dir[PATH_MAX];
     snprintf(self_dir, sizeof(self_dir), "%s", L->self);
     *strrchr(self_dir, '/') = '\0';
-    static const char *const srel[] = {"zps-server", "../server/zps-server", NULL};
+    static const char *const srel[] = {"zps-server", NULL};
     static const char *const wrel[] = {"zps-worker", NULL};
     if (find_binary(o.server_bin, "ZPS_SERVER_BIN", self_dir, srel, "zps-server", L->server_bin,
                     sizeof(L->server_bin))) {

@@ -1,5 +1,5 @@
 /*
- * test_staleness.c - the consistency rules as tables of events and expected
+ * test_consistency.c - the consistency rules as tables of events and expected
  * answers, for every mode, without a socket in sight.
  *
  * Each script is a list of steps: an event (push, pull, evict, rejoin, step)
@@ -17,7 +17,7 @@
 #include <cmocka.h>
 
 #include "error.h"
-#include "staleness.h"
+#include "consistency.h"
 
 enum op {
     PUSH,   /* a = worker, b = clock, expect = action or error */

@@ -15,7 +15,7 @@
 
 #include "error.h"
 #include "json.h"
-#include "stats.h"
+#include "hist.h"
 #include "strbuf.h"
 
 /* The progress line's rates cover this many seconds. */
@@ -280,7 +280,7 @@ int zps_runstats_add_server(zps_runstats_t *rs, uint32_t shard, const char *json
 /* ---- update staleness: the servers' histograms summed over shards ---- */
 
 /* The servers' update staleness histograms (updates; exact counts for 0..63,
- * then one overflow bucket) summed; counting and quantiles are server/stats.c's. */
+ * then one overflow bucket) summed; counting and quantiles are common/hist.c's. */
 typedef struct hist {
     zps_vhist_t v;
     double sum; /* mean x count per server: the servers report means */

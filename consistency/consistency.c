@@ -1,11 +1,11 @@
 /*
- * staleness.c - the consistency rules; see staleness.h for the contract.
+ * consistency.c - the consistency rules; see consistency.h for the contract.
  *
  * The waiting pulls are a small array kept in arrival order: at most
  * max_pending per worker plus as many for observers, so a linear scan after
  * each event costs less than the message that caused it.
  */
-#include "staleness.h"
+#include "consistency.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -12,7 +12,7 @@
  * no allocation is larger than the file.
  *
  * Not here: what the server puts into a checkpoint and how it restores one
- * (server.c), and printing one for people (worker/ckpt_inspect.c).
+ * (server.c), and printing one for people (tool/ckpt_inspect.c).
  */
 #include "checkpoint.h"
 

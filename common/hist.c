@@ -1,7 +1,7 @@
 /*
- * stats.c - histograms; see stats.h.
+ * hist.c - histograms; see hist.h.
  */
-#include "stats.h"
+#include "hist.h"
 
 void zps_vhist_add(zps_vhist_t *h, uint64_t value)
 {

@@ -1,5 +1,5 @@
 /*
- * staleness.h - the consistency rules of one shard, as a pure state machine.
+ * consistency.h - the consistency rules of one shard, as a pure state machine.
  *
  * It decides when a pull may be answered and what happens to a push: apply
  * it now, buffer it for its clock's synchronous step, acknowledge it as a
@@ -30,8 +30,8 @@
  *
  * Not thread-safe: one shard's loop drives it.
  */
-#ifndef ZPS_STALENESS_H
-#define ZPS_STALENESS_H
+#ifndef ZPS_CONSISTENCY_H
+#define ZPS_CONSISTENCY_H
 
 #include <stdbool.h>
 #include <stddef.h>

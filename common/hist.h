@@ -1,14 +1,15 @@
 /*
- * stats.h - what a shard counts about itself, for STATS replies and logs.
+ * hist.h - two histograms that count without allocating: one over small
+ * integers (a shard's update staleness of applied pushes, in updates) and one
+ * over durations with about 6% resolution (how long pulls waited).
  *
- * Plain counters and two histograms: one over small integers (the update
- * staleness of applied pushes, in updates: optimizer steps applied between the
- * version a gradient was computed on and the one it lands on) and one over
- * durations with about 6% resolution (how long pulls waited). No I/O, no
- * locking: the server's loop owns them.
+ * Plain structs, zeroed to start; no I/O, no locking: whoever owns one (a
+ * server's loop, the launcher reading a run) updates it from one thread.
+ * Not here: what a shard counts about itself (server/), how `zps launch`
+ * merges the servers' histograms (tool/runstats.c).
  */
-#ifndef ZPS_STATS_H
-#define ZPS_STATS_H
+#ifndef ZPS_HIST_H
+#define ZPS_HIST_H
 
 #include <stdint.h>
 
