@@ -225,7 +225,7 @@ static int check_opt_fields(const zps_ckpt_t *c, char *why, size_t why_size)
 /* The consistency configuration must be one the staleness controller accepts. */
 static int check_workers_fields(const zps_ckpt_t *c, char *why, size_t why_size)
 {
-    zps_stale_config_t cfg = {
+    zps_consistency_config_t cfg = {
         .mode = c->mode,
         .workers = c->workers,
         .staleness = c->staleness,
@@ -233,9 +233,9 @@ static int check_workers_fields(const zps_ckpt_t *c, char *why, size_t why_size)
         .max_pending = 1,
     };
     char reason[200];
-    zps_staleness_t *st = NULL;
-    int rc = zps_stale_new(&cfg, &st, reason, sizeof(reason));
-    zps_stale_free(st);
+    zps_consistency_t *st = NULL;
+    int rc = zps_consistency_new(&cfg, &st, reason, sizeof(reason));
+    zps_consistency_free(st);
     if (rc == ZPS_ENOMEM) {
         say(why, why_size, "out of memory");
         return ZPS_ENOMEM;

@@ -41,7 +41,7 @@ enum {
     ZPS_FLAG_REJOINED = 1u << 3, /* reply: the worker had been evicted and is admitted again */
     ZPS_FLAG_BUFFERED = 1u << 4, /* PUSH reply: kept until its clock's step is taken */
     ZPS_FLAG_WAIT = 1u << 5,     /* PULL request of an observer: answer with the model of its
-                                  * clock once it exists, not at once (zps_stale_observe) */
+                                  * clock once it exists, not at once (zps_consistency_observe) */
 };
 
 #define ZPS_ERROR_TEXT_MAX 256

@@ -20,11 +20,11 @@ typedef struct waiting_pull {
     uint64_t clock;
     uint64_t request_id;
     uint64_t token;
-    bool observe; /* an observer waiting for the model of `clock` (zps_stale_observe) */
+    bool observe; /* an observer waiting for the model of `clock` (zps_consistency_observe) */
 } waiting_pull_t;
 
-struct zps_staleness {
-    zps_stale_config_t cfg;
+struct zps_consistency {
+    zps_consistency_config_t cfg;
     bool initialized;
     uint64_t version;
 
@@ -33,7 +33,7 @@ struct zps_staleness {
     uint64_t *dropped;    /* [W] late pushes dropped (BSP with backups or eviction) */
     uint64_t *slot_clock; /* [W] BSP: clock of the buffered push, NO_CLOCK if none */
     uint32_t filled;      /* BSP: slots holding the current clock (= version) */
-    bool step_taken;      /* BSP: zps_stale_step_due handed out the current step */
+    bool step_taken;      /* BSP: zps_consistency_step_due handed out the current step */
 
     waiting_pull_t *waiting; /* [cap] arrival order */
     size_t nwaiting;
@@ -59,7 +59,7 @@ const char *zps_mode_name(zps_mode_t mode)
     return (unsigned)mode < 3 ? mode_names[mode] : "?";
 }
 
-int zps_stale_new(const zps_stale_config_t *cfg, zps_staleness_t **out, char *why, size_t why_size)
+int zps_consistency_new(const zps_consistency_config_t *cfg, zps_consistency_t **out, char *why, size_t why_size)
 {
     const char *bad = NULL;
     if (cfg->workers < 1 || cfg->workers > 65536)
@@ -78,7 +78,7 @@ int zps_stale_new(const zps_stale_config_t *cfg, zps_staleness_t **out, char *wh
         return ZPS_EINVAL;
     }
 
-    zps_staleness_t *st = calloc(1, sizeof(*st));
+    zps_consistency_t *st = calloc(1, sizeof(*st));
     if (!st)
         return ZPS_ENOMEM;
     size_t w = cfg->workers;
@@ -92,7 +92,7 @@ int zps_stale_new(const zps_stale_config_t *cfg, zps_staleness_t **out, char *wh
     st->waiting_per = calloc(w + 1, sizeof(uint32_t));
     if (!st->pushed || !st->live || !st->dropped || !st->slot_clock || !st->waiting ||
         !st->waiting_per) {
-        zps_stale_free(st);
+        zps_consistency_free(st);
         return ZPS_ENOMEM;
     }
     for (size_t i = 0; i < w; i++) {
@@ -103,7 +103,7 @@ int zps_stale_new(const zps_stale_config_t *cfg, zps_staleness_t **out, char *wh
     return 0;
 }
 
-void zps_stale_free(zps_staleness_t *st)
+void zps_consistency_free(zps_consistency_t *st)
 {
     if (!st)
         return;
@@ -116,17 +116,17 @@ void zps_stale_free(zps_staleness_t *st)
     free(st);
 }
 
-void zps_stale_set_initialized(zps_staleness_t *st)
+void zps_consistency_set_initialized(zps_consistency_t *st)
 {
     st->initialized = true;
 }
 
-bool zps_stale_initialized(const zps_staleness_t *st)
+bool zps_consistency_initialized(const zps_consistency_t *st)
 {
     return st->initialized;
 }
 
-uint64_t zps_stale_min_clock(const zps_staleness_t *st)
+uint64_t zps_consistency_min_clock(const zps_consistency_t *st)
 {
     uint64_t m = NO_CLOCK;
     uint64_t any = 0;
@@ -140,7 +140,7 @@ uint64_t zps_stale_min_clock(const zps_staleness_t *st)
     return m == NO_CLOCK ? any : m;
 }
 
-static uint32_t live_count(const zps_staleness_t *st)
+static uint32_t live_count(const zps_consistency_t *st)
 {
     uint32_t n = 0;
     for (uint32_t w = 0; w < st->cfg.workers; w++)
@@ -149,7 +149,7 @@ static uint32_t live_count(const zps_staleness_t *st)
 }
 
 /* BSP: pushes needed for a step: W-B of the workers, never more than are live. */
-static uint32_t step_quorum(const zps_staleness_t *st)
+static uint32_t step_quorum(const zps_consistency_t *st)
 {
     uint32_t need = st->cfg.workers - st->cfg.backup;
     uint32_t live = live_count(st);
@@ -158,7 +158,7 @@ static uint32_t step_quorum(const zps_staleness_t *st)
     return need ? need : 1;
 }
 
-int zps_stale_push(zps_staleness_t *st, uint32_t w, uint64_t t, uint64_t based_on,
+int zps_consistency_push(zps_consistency_t *st, uint32_t w, uint64_t t, uint64_t based_on,
                    zps_push_decision_t *out, char *why, size_t why_size)
 {
     if (w >= st->cfg.workers) {
@@ -210,7 +210,7 @@ int zps_stale_push(zps_staleness_t *st, uint32_t w, uint64_t t, uint64_t based_o
     return 0;
 }
 
-bool zps_stale_step_due(zps_staleness_t *st, uint64_t *clock, uint32_t *ranks, uint32_t *count)
+bool zps_consistency_step_due(zps_consistency_t *st, uint64_t *clock, uint32_t *ranks, uint32_t *count)
 {
     if (st->cfg.mode != ZPS_MODE_BSP || st->step_taken || st->filled == 0 ||
         st->filled < step_quorum(st))
@@ -226,7 +226,7 @@ bool zps_stale_step_due(zps_staleness_t *st, uint64_t *clock, uint32_t *ranks, u
     return true;
 }
 
-void zps_stale_step_done(zps_staleness_t *st)
+void zps_consistency_step_done(zps_consistency_t *st)
 {
     ZPS_ASSERT(st->step_taken);
     for (uint32_t w = 0; w < st->cfg.workers; w++)
@@ -237,7 +237,7 @@ void zps_stale_step_done(zps_staleness_t *st)
     st->version++;
 }
 
-static bool pull_ready(const zps_staleness_t *st, int32_t w, uint64_t t)
+static bool pull_ready(const zps_consistency_t *st, int32_t w, uint64_t t)
 {
     if (!st->initialized)
         return false;
@@ -247,7 +247,7 @@ static bool pull_ready(const zps_staleness_t *st, int32_t w, uint64_t t)
     case ZPS_MODE_BSP:
         return st->version >= t;
     case ZPS_MODE_SSP:
-        return t <= st->cfg.staleness || zps_stale_min_clock(st) >= t - st->cfg.staleness;
+        return t <= st->cfg.staleness || zps_consistency_min_clock(st) >= t - st->cfg.staleness;
     case ZPS_MODE_ASP:
         return true;
     }
@@ -255,27 +255,27 @@ static bool pull_ready(const zps_staleness_t *st, int32_t w, uint64_t t)
 }
 
 /* The model of clock t exists: every update of every clock before t is in. */
-static bool model_of_clock_ready(const zps_staleness_t *st, uint64_t t)
+static bool model_of_clock_ready(const zps_consistency_t *st, uint64_t t)
 {
     if (!st->initialized)
         return false;
     if (st->cfg.mode == ZPS_MODE_BSP)
         return st->version >= t;
-    return zps_stale_min_clock(st) >= t;
+    return zps_consistency_min_clock(st) >= t;
 }
 
-static bool waiting_ready(const zps_staleness_t *st, const waiting_pull_t *p)
+static bool waiting_ready(const zps_consistency_t *st, const waiting_pull_t *p)
 {
     return p->observe ? model_of_clock_ready(st, p->clock) : pull_ready(st, p->worker, p->clock);
 }
 
-static uint32_t pool_of(const zps_staleness_t *st, int32_t w)
+static uint32_t pool_of(const zps_consistency_t *st, int32_t w)
 {
     return w < 0 ? st->cfg.workers : (uint32_t)w;
 }
 
 /* Parks pull (w, t) unless it is a duplicate or its pool is full. */
-static int park(zps_staleness_t *st, int32_t w, bool observe, uint64_t t, uint64_t request_id,
+static int park(zps_consistency_t *st, int32_t w, bool observe, uint64_t t, uint64_t request_id,
                 uint64_t token, zps_pull_result_t *out, uint64_t *existing, char *why,
                 size_t why_size)
 {
@@ -301,7 +301,7 @@ static int park(zps_staleness_t *st, int32_t w, bool observe, uint64_t t, uint64
     return 0;
 }
 
-int zps_stale_pull(zps_staleness_t *st, int32_t w, uint64_t t, uint64_t request_id, uint64_t token,
+int zps_consistency_pull(zps_consistency_t *st, int32_t w, uint64_t t, uint64_t request_id, uint64_t token,
                    zps_pull_result_t *out, uint64_t *existing, char *why, size_t why_size)
 {
     if (w < -1 || (w >= 0 && (uint32_t)w >= st->cfg.workers)) {
@@ -322,7 +322,7 @@ int zps_stale_pull(zps_staleness_t *st, int32_t w, uint64_t t, uint64_t request_
     return park(st, w, false, t, request_id, token, out, existing, why, why_size);
 }
 
-int zps_stale_observe(zps_staleness_t *st, uint64_t t, uint64_t request_id, uint64_t token,
+int zps_consistency_observe(zps_consistency_t *st, uint64_t t, uint64_t request_id, uint64_t token,
                       zps_pull_result_t *out, uint64_t *existing, char *why, size_t why_size)
 {
     if (model_of_clock_ready(st, t)) {
@@ -333,7 +333,7 @@ int zps_stale_observe(zps_staleness_t *st, uint64_t t, uint64_t request_id, uint
 }
 
 /* Removes the waiting pulls that are ready (or all of them), oldest first; writes their tokens. */
-static size_t take_where(zps_staleness_t *st, bool all, uint64_t *tokens, size_t max)
+static size_t take_where(zps_consistency_t *st, bool all, uint64_t *tokens, size_t max)
 {
     size_t n = 0, kept = 0;
     for (size_t i = 0; i < st->nwaiting; i++) {
@@ -349,64 +349,64 @@ static size_t take_where(zps_staleness_t *st, bool all, uint64_t *tokens, size_t
     return n;
 }
 
-size_t zps_stale_take_ready(zps_staleness_t *st, uint64_t *tokens, size_t max)
+size_t zps_consistency_take_ready(zps_consistency_t *st, uint64_t *tokens, size_t max)
 {
     return take_where(st, false, tokens, max);
 }
 
-size_t zps_stale_take_all(zps_staleness_t *st, uint64_t *tokens, size_t max)
+size_t zps_consistency_take_all(zps_consistency_t *st, uint64_t *tokens, size_t max)
 {
     return take_where(st, true, tokens, max);
 }
 
-void zps_stale_evict(zps_staleness_t *st, uint32_t w)
+void zps_consistency_evict(zps_consistency_t *st, uint32_t w)
 {
     if (w < st->cfg.workers)
         st->live[w] = false;
 }
 
-uint64_t zps_stale_rejoin(zps_staleness_t *st, uint32_t w)
+uint64_t zps_consistency_rejoin(zps_consistency_t *st, uint32_t w)
 {
     if (w >= st->cfg.workers)
         return 0;
-    uint64_t at = st->cfg.mode == ZPS_MODE_BSP ? st->version : zps_stale_min_clock(st);
+    uint64_t at = st->cfg.mode == ZPS_MODE_BSP ? st->version : zps_consistency_min_clock(st);
     st->live[w] = true;
     if (st->pushed[w] < at)
         st->pushed[w] = at;
     return st->pushed[w];
 }
 
-uint64_t zps_stale_version(const zps_staleness_t *st)
+uint64_t zps_consistency_version(const zps_consistency_t *st)
 {
     return st->version;
 }
 
-uint64_t zps_stale_pushed(const zps_staleness_t *st, uint32_t w)
+uint64_t zps_consistency_pushed(const zps_consistency_t *st, uint32_t w)
 {
     return w < st->cfg.workers ? st->pushed[w] : 0;
 }
 
-bool zps_stale_live(const zps_staleness_t *st, uint32_t w)
+bool zps_consistency_live(const zps_consistency_t *st, uint32_t w)
 {
     return w < st->cfg.workers && st->live[w];
 }
 
-uint64_t zps_stale_dropped(const zps_staleness_t *st, uint32_t w)
+uint64_t zps_consistency_dropped(const zps_consistency_t *st, uint32_t w)
 {
     return w < st->cfg.workers ? st->dropped[w] : 0;
 }
 
-size_t zps_stale_pending(const zps_staleness_t *st)
+size_t zps_consistency_pending(const zps_consistency_t *st)
 {
     return st->nwaiting;
 }
 
-const zps_stale_config_t *zps_stale_config(const zps_staleness_t *st)
+const zps_consistency_config_t *zps_consistency_config(const zps_consistency_t *st)
 {
     return &st->cfg;
 }
 
-void zps_stale_restore(zps_staleness_t *st, uint64_t version, const uint64_t *pushed,
+void zps_consistency_restore(zps_consistency_t *st, uint64_t version, const uint64_t *pushed,
                        const bool *live, const uint64_t *dropped)
 {
     st->initialized = true;

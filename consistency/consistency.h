@@ -4,7 +4,7 @@
  * It decides when a pull may be answered and what happens to a push: apply
  * it now, buffer it for its clock's synchronous step, acknowledge it as a
  * retry, drop it as too late, or refuse it. It does no I/O, allocates only in
- * zps_stale_new, and knows nothing of parameters or time: the server feeds it
+ * zps_consistency_new, and knows nothing of parameters or time: the server feeds it
  * events and carries out its decisions, so the rules can be tested as a
  * table of events and expected answers.
  *
@@ -21,11 +21,11 @@
  *   ASP   applied on arrival                 always
  *
  * Observers (worker -1) are answered at once, or, when they ask for the
- * model OF clock t (zps_stale_observe), once v >= t (BSP) or min_clock >= t
+ * model OF clock t (zps_consistency_observe), once v >= t (BSP) or min_clock >= t
  * (SSP, ASP).
  *
  * Pulls that are not ready wait in a bounded queue inside the state machine,
- * each identified by an opaque token of the caller's; zps_stale_take_ready
+ * each identified by an opaque token of the caller's; zps_consistency_take_ready
  * hands back the tokens that became ready after any event.
  *
  * Not thread-safe: one shard's loop drives it.
@@ -47,24 +47,24 @@ typedef enum zps_mode {
 int zps_mode_parse(const char *name, zps_mode_t *out);
 const char *zps_mode_name(zps_mode_t mode);
 
-typedef struct zps_stale_config {
+typedef struct zps_consistency_config {
     zps_mode_t mode;
     uint32_t workers;     /* W >= 1 */
     uint32_t staleness;   /* SSP: s */
     uint32_t backup;      /* BSP: B backup workers, B < W */
     uint32_t max_pending; /* waiting pulls allowed per worker (and per observer pool), >= 1 */
-} zps_stale_config_t;
+} zps_consistency_config_t;
 
-typedef struct zps_staleness zps_staleness_t;
+typedef struct zps_consistency zps_consistency_t;
 
 /* Returns 0, ZPS_EINVAL (bad config; reason in why) or ZPS_ENOMEM. */
-int zps_stale_new(const zps_stale_config_t *cfg, zps_staleness_t **out, char *why,
+int zps_consistency_new(const zps_consistency_config_t *cfg, zps_consistency_t **out, char *why,
                   size_t why_size);
-void zps_stale_free(zps_staleness_t *st); /* NULL is a no-op */
+void zps_consistency_free(zps_consistency_t *st); /* NULL is a no-op */
 
 /* The model now exists: pulls may be answered. */
-void zps_stale_set_initialized(zps_staleness_t *st);
-bool zps_stale_initialized(const zps_staleness_t *st);
+void zps_consistency_set_initialized(zps_consistency_t *st);
+bool zps_consistency_initialized(const zps_consistency_t *st);
 
 typedef enum zps_push_action {
     ZPS_PUSH_APPLY,  /* apply this gradient now as one optimizer step; v has advanced */
@@ -85,7 +85,7 @@ typedef struct zps_push_decision {
  * clock whose version does not exist yet); an error changes nothing. The
  * reason for ZPS_ECLOCK is written to why.
  */
-int zps_stale_push(zps_staleness_t *st, uint32_t w, uint64_t t, uint64_t based_on,
+int zps_consistency_push(zps_consistency_t *st, uint32_t w, uint64_t t, uint64_t based_on,
                    zps_push_decision_t *out, char *why, size_t why_size);
 
 /*
@@ -93,15 +93,15 @@ int zps_stale_push(zps_staleness_t *st, uint32_t w, uint64_t t, uint64_t based_o
  * returns true with the clock and the contributing ranks in rank order
  * (ranks[] has room for W entries; *count gets how many). The step is then
  * "taken": later pushes for that clock are dropped. The caller applies it and
- * calls zps_stale_step_done. Returns false when no step is due or one is
+ * calls zps_consistency_step_done. Returns false when no step is due or one is
  * already taken and not done.
  */
-bool zps_stale_step_due(zps_staleness_t *st, uint64_t *clock, uint32_t *ranks, uint32_t *count);
-void zps_stale_step_done(zps_staleness_t *st);
+bool zps_consistency_step_due(zps_consistency_t *st, uint64_t *clock, uint32_t *ranks, uint32_t *count);
+void zps_consistency_step_done(zps_consistency_t *st);
 
 typedef enum zps_pull_result {
     ZPS_PULL_READY,     /* answer now */
-    ZPS_PULL_QUEUED,    /* waiting; its token will come out of zps_stale_take_ready */
+    ZPS_PULL_QUEUED,    /* waiting; its token will come out of zps_consistency_take_ready */
     ZPS_PULL_DUPLICATE, /* the same request is already waiting (its token in *existing) */
 } zps_pull_result_t;
 
@@ -111,7 +111,7 @@ typedef enum zps_pull_result {
  * ZPS_EWORKER, ZPS_ECLOCK (t is beyond the clocks w has pushed) or ZPS_EBUSY
  * (too many pulls of this worker already waiting); an error changes nothing.
  */
-int zps_stale_pull(zps_staleness_t *st, int32_t w, uint64_t t, uint64_t request_id,
+int zps_consistency_pull(zps_consistency_t *st, int32_t w, uint64_t t, uint64_t request_id,
                    uint64_t token, zps_pull_result_t *out, uint64_t *existing, char *why,
                    size_t why_size);
 
@@ -123,41 +123,41 @@ int zps_stale_pull(zps_staleness_t *st, int32_t w, uint64_t t, uint64_t request_
  * its own to skip ahead of. It shares the observers' pool of waiting pulls.
  * Returns 0 with a result, or ZPS_EBUSY (the pool is full).
  */
-int zps_stale_observe(zps_staleness_t *st, uint64_t t, uint64_t request_id, uint64_t token,
+int zps_consistency_observe(zps_consistency_t *st, uint64_t t, uint64_t request_id, uint64_t token,
                       zps_pull_result_t *out, uint64_t *existing, char *why, size_t why_size);
 
 /*
  * Removes up to `max` waiting pulls that the rules now allow, oldest first,
  * and writes their tokens. Returns how many. Call after every event.
  */
-size_t zps_stale_take_ready(zps_staleness_t *st, uint64_t *tokens, size_t max);
+size_t zps_consistency_take_ready(zps_consistency_t *st, uint64_t *tokens, size_t max);
 
 /* Removes every waiting pull (shutdown); returns how many were written, up to max. */
-size_t zps_stale_take_all(zps_staleness_t *st, uint64_t *tokens, size_t max);
+size_t zps_consistency_take_all(zps_consistency_t *st, uint64_t *tokens, size_t max);
 
 /* Liveness: an evicted worker no longer holds back min_clock or BSP's count. */
-void zps_stale_evict(zps_staleness_t *st, uint32_t w);
+void zps_consistency_evict(zps_consistency_t *st, uint32_t w);
 /*
  * Re-admits an evicted worker at the current clock: pushed[w] becomes the
  * clock the others are at (BSP: v; SSP/ASP: min_clock of the live workers),
  * or stays where it was if that is later. Returns that clock.
  */
-uint64_t zps_stale_rejoin(zps_staleness_t *st, uint32_t w);
+uint64_t zps_consistency_rejoin(zps_consistency_t *st, uint32_t w);
 
 /* Read-only views for replies and statistics. */
-uint64_t zps_stale_version(const zps_staleness_t *st);
-uint64_t zps_stale_min_clock(const zps_staleness_t *st);
-uint64_t zps_stale_pushed(const zps_staleness_t *st, uint32_t w);
-bool zps_stale_live(const zps_staleness_t *st, uint32_t w);
-uint64_t zps_stale_dropped(const zps_staleness_t *st, uint32_t w);
-size_t zps_stale_pending(const zps_staleness_t *st);
-const zps_stale_config_t *zps_stale_config(const zps_staleness_t *st);
+uint64_t zps_consistency_version(const zps_consistency_t *st);
+uint64_t zps_consistency_min_clock(const zps_consistency_t *st);
+uint64_t zps_consistency_pushed(const zps_consistency_t *st, uint32_t w);
+bool zps_consistency_live(const zps_consistency_t *st, uint32_t w);
+uint64_t zps_consistency_dropped(const zps_consistency_t *st, uint32_t w);
+size_t zps_consistency_pending(const zps_consistency_t *st);
+const zps_consistency_config_t *zps_consistency_config(const zps_consistency_t *st);
 
 /*
  * Restoring a checkpoint: sets v, pushed[], live[] and dropped[] (arrays of
  * W entries) and marks the model initialised. Waiting pulls are kept.
  */
-void zps_stale_restore(zps_staleness_t *st, uint64_t version, const uint64_t *pushed,
+void zps_consistency_restore(zps_consistency_t *st, uint64_t version, const uint64_t *pushed,
                        const bool *live, const uint64_t *dropped);
 
 #endif

@@ -111,7 +111,7 @@ struct server {
     void *ctx;
     void *sock;
     zps_store_t store;
-    zps_staleness_t *st;
+    zps_consistency_t *st;
     slot_t *slots;   /* [W] */
     uint32_t *ranks; /* [W] scratch for steps */
     const float **grads;
@@ -248,7 +248,7 @@ static void reply_cache_install(server_t *s, zmq_msg_t *msg, uint32_t crc)
     zmq_msg_move(&s->reply_cache, msg);
     zmq_msg_close(msg);
     s->reply_cached = true;
-    s->reply_cache_version = zps_stale_version(s->st);
+    s->reply_cache_version = zps_consistency_version(s->st);
     s->reply_cache_crc = crc;
 }
 
@@ -264,7 +264,7 @@ static int reply_buf_msg(server_t *s, reply_buf_t *b, zmq_msg_t *msg)
 /* The pull payload for the current version; on success *m is a new reference to it. */
 static int params_payload(server_t *s, zmq_msg_t *m, uint32_t *crc)
 {
-    if (!s->reply_cached || s->reply_cache_version != zps_stale_version(s->st)) {
+    if (!s->reply_cached || s->reply_cache_version != zps_consistency_version(s->st)) {
         size_t n = s->store.len;
         /* Let go of the previous version first: its buffer comes back to the
          * pool as soon as the replies that carry it have left. */
@@ -332,8 +332,8 @@ __attribute__((format(printf, 5, 6))) static void reply_error(server_t *s, const
     h.clock = req->clock;
     h.status = code;
     h.flags = s->reply_flags;
-    h.model_version = zps_stale_version(s->st);
-    h.min_clock = zps_stale_min_clock(s->st);
+    h.model_version = zps_consistency_version(s->st);
+    h.min_clock = zps_consistency_min_clock(s->st);
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(h.error, sizeof(h.error), fmt, ap);
@@ -353,14 +353,14 @@ static void reply_header(server_t *s, const zps_header_t *req, zps_header_t *h)
     h->request_id = req->request_id;
     h->worker = req->worker;
     h->clock = req->clock;
-    h->model_version = zps_stale_version(s->st);
-    h->min_clock = zps_stale_min_clock(s->st);
+    h->model_version = zps_consistency_version(s->st);
+    h->min_clock = zps_consistency_min_clock(s->st);
     h->total = s->store.total;
     h->shard_index = s->cfg->shard_index;
     h->shard_count = s->cfg->shard_count;
     h->flags |= s->reply_flags;
     if (req->worker >= 0 && (uint32_t)req->worker < s->cfg->stale.workers)
-        h->next_clock = zps_stale_pushed(s->st, (uint32_t)req->worker);
+        h->next_clock = zps_consistency_pushed(s->st, (uint32_t)req->worker);
 }
 
 static void answer_pull(server_t *s, const zps_peer_t *peer, const zps_header_t *req)
@@ -375,7 +375,7 @@ static void answer_pull(server_t *s, const zps_peer_t *peer, const zps_header_t 
 static void answer_ready_pulls(server_t *s)
 {
     size_t n;
-    while ((n = zps_stale_take_ready(s->st, s->tokens, s->tokens_cap)) > 0) {
+    while ((n = zps_consistency_take_ready(s->st, s->tokens, s->tokens_cap)) > 0) {
         uint64_t now = zps_now_ns();
         for (size_t i = 0; i < n; i++) {
             parked_pull_t *p = (parked_pull_t *)(uintptr_t)s->tokens[i];
@@ -423,12 +423,12 @@ static ckpt_job_t *snapshot(server_t *s)
     j->s = s;
     zps_ckpt_t *c = &j->snap;
     zps_ckpt_init(c);
-    const zps_stale_config_t *sc = &s->cfg->stale;
+    const zps_consistency_config_t *sc = &s->cfg->stale;
     c->shard_index = s->cfg->shard_index;
     c->shard_count = s->cfg->shard_count;
     c->total = s->store.total;
     c->range = s->store.range;
-    c->version = zps_stale_version(s->st);
+    c->version = zps_consistency_version(s->st);
     c->opt = *zps_optimizer_config(s->store.opt);
     c->opt_steps = zps_optimizer_steps(s->store.opt);
     c->mode = sc->mode;
@@ -443,10 +443,10 @@ static ckpt_job_t *snapshot(server_t *s)
     for (uint32_t w = 0; ok && w < sc->workers; w++) {
         /* A push buffered for the step in progress is not in the saved
          * parameters: the restored shard expects it again. */
-        uint64_t p = zps_stale_pushed(s->st, w);
+        uint64_t p = zps_consistency_pushed(s->st, w);
         c->pushed[w] = sc->mode == ZPS_MODE_BSP && p > c->version ? c->version : p;
-        c->live[w] = zps_stale_live(s->st, w);
-        c->dropped[w] = zps_stale_dropped(s->st, w);
+        c->live[w] = zps_consistency_live(s->st, w);
+        c->dropped[w] = zps_consistency_dropped(s->st, w);
     }
     c->nstate = (uint32_t)zps_optimizer_state_count(s->store.opt);
     for (uint32_t i = 0; ok && i < c->nstate; i++) {
@@ -581,7 +581,7 @@ static int checkpoint(server_t *s, const zps_peer_t *peer, const zps_header_t *r
 /* After the version moved: a checkpoint when it is a multiple of --checkpoint-every. */
 static void maybe_checkpoint(server_t *s)
 {
-    uint64_t v = zps_stale_version(s->st);
+    uint64_t v = zps_consistency_version(s->st);
     uint64_t every = s->cfg->checkpoint_every;
     if (!every || v % every != 0 || (s->ckpt_taken && s->ckpt_version == v))
         return;
@@ -675,7 +675,7 @@ static void handle_init(server_t *s, zps_message_t *m)
             return;
         }
         if (s->store.len && memcmp(values, s->store.params, s->store.len * sizeof(float)) != 0 &&
-            zps_stale_version(s->st) == 0) {
+            zps_consistency_version(s->st) == 0) {
             reply_error(s, &m->peer, req, ZPS_EINITED,
                         "the model was already initialised with other values");
             return;
@@ -688,7 +688,7 @@ static void handle_init(server_t *s, zps_message_t *m)
             reply_error(s, &m->peer, req, rc, "cannot hold the model: %s", zps_strerror(rc));
             return;
         }
-        zps_stale_set_initialized(s->st);
+        zps_consistency_set_initialized(s->st);
         zps_info("initialised by worker %d: N = %llu, range [%llu, %llu), optimizer %s",
                  req->worker, (unsigned long long)req->total, (unsigned long long)r.lo,
                  (unsigned long long)r.hi, zps_opt_name(&s->cfg->opt));
@@ -729,9 +729,9 @@ static void handle_pull(server_t *s, zps_message_t *m)
     /* An observer may ask for the model of its clock rather than the
      * current one (an evaluator that must not hold training back). */
     int rc = req->worker == -1 && (req->flags & ZPS_FLAG_WAIT)
-                 ? zps_stale_observe(s->st, req->clock, req->request_id, (uintptr_t)p, &res,
+                 ? zps_consistency_observe(s->st, req->clock, req->request_id, (uintptr_t)p, &res,
                                      &existing, why, sizeof(why))
-                 : zps_stale_pull(s->st, req->worker, req->clock, req->request_id, (uintptr_t)p,
+                 : zps_consistency_pull(s->st, req->worker, req->clock, req->request_id, (uintptr_t)p,
                                   &res, &existing, why, sizeof(why));
     if (rc) {
         free(p);
@@ -762,8 +762,8 @@ static void take_bsp_steps(server_t *s)
 {
     uint64_t clock;
     uint32_t k;
-    while (zps_stale_step_due(s->st, &clock, s->ranks, &k)) {
-        uint64_t steps_before = zps_stale_version(s->st);
+    while (zps_consistency_step_due(s->st, &clock, s->ranks, &k)) {
+        uint64_t steps_before = zps_consistency_version(s->st);
         for (uint32_t j = 0; j < k; j++) {
             slot_t *sl = &s->slots[s->ranks[j]];
             ZPS_ASSERT(sl->full);
@@ -782,7 +782,7 @@ static void take_bsp_steps(server_t *s)
             zmq_msg_close(&sl->msg);
             sl->full = false;
         }
-        zps_stale_step_done(s->st);
+        zps_consistency_step_done(s->st);
         zmq_msg_t fresh;
         if (b && reply_buf_msg(s, b, &fresh) == 0)
             reply_cache_install(s, &fresh, crc);
@@ -821,7 +821,7 @@ static void handle_push(server_t *s, zps_message_t *m)
 
     char why[ZPS_ERROR_TEXT_MAX];
     zps_push_decision_t d;
-    int rc = zps_stale_push(s->st, (uint32_t)req->worker, req->clock, req->model_version, &d, why,
+    int rc = zps_consistency_push(s->st, (uint32_t)req->worker, req->clock, req->model_version, &d, why,
                             sizeof(why));
     if (rc) {
         reply_error(s, &m->peer, req, rc, "%s", why);
@@ -875,7 +875,7 @@ static char *stats_json(server_t *s)
 {
     zps_strbuf_t b;
     zps_strbuf_init(&b);
-    const zps_stale_config_t *sc = &s->cfg->stale;
+    const zps_consistency_config_t *sc = &s->cfg->stale;
     zps_strbuf_printf(&b, "{\"shard\":%u,\"shards\":%u,\"endpoint\":", s->cfg->shard_index,
                       s->cfg->shard_count);
     zps_strbuf_json_string(&b, s->endpoint);
@@ -886,18 +886,18 @@ static char *stats_json(server_t *s)
                       "\"worker_timeout_s\":%.3f,\"workers\":%u,",
                       s->store.initialized ? "true" : "false", (unsigned long long)s->store.total,
                       (unsigned long long)s->store.range.lo, (unsigned long long)s->store.range.hi,
-                      (unsigned long long)zps_stale_version(s->st),
-                      (unsigned long long)zps_stale_min_clock(s->st), zps_mode_name(sc->mode),
+                      (unsigned long long)zps_consistency_version(s->st),
+                      (unsigned long long)zps_consistency_min_clock(s->st), zps_mode_name(sc->mode),
                       sc->staleness, sc->backup, zps_opt_name(&s->cfg->opt),
                       s->cfg->lr_staleness == ZPS_LR_STALENESS_INVERSE ? "inverse" : "none",
                       (double)s->cfg->worker_timeout_ms / 1e3, sc->workers);
     zps_strbuf_printf(&b, "\"clocks\":[");
     for (uint32_t w = 0; w < sc->workers; w++)
         zps_strbuf_printf(&b, "%s%llu", w ? "," : "",
-                          (unsigned long long)zps_stale_pushed(s->st, w));
+                          (unsigned long long)zps_consistency_pushed(s->st, w));
     zps_strbuf_printf(&b, "],\"live\":[");
     for (uint32_t w = 0; w < sc->workers; w++)
-        zps_strbuf_printf(&b, "%s%s", w ? "," : "", zps_stale_live(s->st, w) ? "true" : "false");
+        zps_strbuf_printf(&b, "%s%s", w ? "," : "", zps_consistency_live(s->st, w) ? "true" : "false");
     zps_strbuf_printf(&b, "],\"evictions\":[");
     for (uint32_t w = 0; w < sc->workers; w++)
         zps_strbuf_printf(&b, "%s%llu", w ? "," : "", (unsigned long long)s->evictions[w]);
@@ -908,7 +908,7 @@ static char *stats_json(server_t *s)
     zps_strbuf_printf(&b, "],\"dropped_per_worker\":[");
     for (uint32_t w = 0; w < sc->workers; w++)
         zps_strbuf_printf(&b, "%s%llu", w ? "," : "",
-                          (unsigned long long)zps_stale_dropped(s->st, w));
+                          (unsigned long long)zps_consistency_dropped(s->st, w));
     const counters_t *c = &s->count;
     zps_strbuf_printf(&b,
                       "],\"pending_pulls\":%zu,\"counts\":{\"messages_in\":%llu,"
@@ -917,7 +917,7 @@ static char *stats_json(server_t *s)
                       "\"steps\":%llu,\"retries\":%llu,\"dropped\":%llu,\"heartbeats\":%llu,"
                       "\"stats\":%llu,\"errors\":%llu,\"replies_dropped\":%llu},"
                       "\"errors_by_code\":{",
-                      zps_stale_pending(s->st), (unsigned long long)c->msgs_in,
+                      zps_consistency_pending(s->st), (unsigned long long)c->msgs_in,
                       (unsigned long long)c->msgs_out, (unsigned long long)c->bytes_in,
                       (unsigned long long)c->bytes_out, (unsigned long long)c->inits,
                       (unsigned long long)c->pulls, (unsigned long long)c->pushes,
@@ -994,9 +994,9 @@ static void handle_heartbeat(server_t *s, zps_message_t *m)
 static void heard_from(server_t *s, uint32_t w)
 {
     s->last_seen_ns[w] = zps_now_ns();
-    if (zps_stale_live(s->st, w))
+    if (zps_consistency_live(s->st, w))
         return;
-    uint64_t at = zps_stale_rejoin(s->st, w);
+    uint64_t at = zps_consistency_rejoin(s->st, w);
     s->reply_flags |= ZPS_FLAG_REJOINED;
     zps_info("worker %u is back: admitted again at clock %llu", w, (unsigned long long)at);
 }
@@ -1011,8 +1011,8 @@ static void on_liveness(uv_timer_t *t)
     uint64_t limit = s->cfg->worker_timeout_ms * 1000000ull;
     bool changed = false;
     for (uint32_t w = 0; w < s->cfg->stale.workers; w++) {
-        if (zps_stale_live(s->st, w) && now - s->last_seen_ns[w] > limit) {
-            zps_stale_evict(s->st, w);
+        if (zps_consistency_live(s->st, w) && now - s->last_seen_ns[w] > limit) {
+            zps_consistency_evict(s->st, w);
             s->evictions[w]++;
             changed = true;
             zps_warn("worker %u evicted: silent for %.1f s (--worker-timeout %.1f s); the others "
@@ -1139,10 +1139,10 @@ static void stop(server_t *s, const char *why)
 {
     if (s->stopping)
         return;
-    zps_info("%s: shutting down (version %llu)", why, (unsigned long long)zps_stale_version(s->st));
+    zps_info("%s: shutting down (version %llu)", why, (unsigned long long)zps_consistency_version(s->st));
     /* Fail the pulls still waiting so their workers learn now, not at a timeout. */
     size_t n;
-    while ((n = zps_stale_take_all(s->st, s->tokens, s->tokens_cap)) > 0) {
+    while ((n = zps_consistency_take_all(s->st, s->tokens, s->tokens_cap)) > 0) {
         for (size_t i = 0; i < n; i++) {
             parked_pull_t *p = (parked_pull_t *)(uintptr_t)s->tokens[i];
             reply_error(s, &p->peer, &p->req, ZPS_ESHUTDOWN, "the server is shutting down");
@@ -1164,7 +1164,7 @@ static void on_signal(uv_signal_t *h, int signum)
     /* SIGTERM is the operator's "stop now, keep the work": the state goes to
      * disk before the shard goes away (the loop runs until it is written). */
     if (signum == SIGTERM && s->cfg->checkpoint_dir && s->store.initialized &&
-        !(s->ckpt_taken && s->ckpt_version == zps_stale_version(s->st))) {
+        !(s->ckpt_taken && s->ckpt_version == zps_consistency_version(s->st))) {
         int rc = checkpoint(s, NULL, NULL);
         if (rc)
             zps_error("no checkpoint at shutdown: %s", zps_strerror(rc));
@@ -1235,7 +1235,7 @@ static int resume(server_t *s)
         return rc;
     }
 
-    const zps_stale_config_t *sc = &cfg->stale;
+    const zps_consistency_config_t *sc = &cfg->stale;
     if (ck.mode != sc->mode || ck.workers != sc->workers || ck.staleness != sc->staleness ||
         ck.backup != sc->backup) {
         zps_error("cannot resume from %s: it was written by a %s shard for %u workers "
@@ -1267,7 +1267,7 @@ static int resume(server_t *s)
             memcpy(st, ck.state[i], s->store.len * sizeof(float));
     }
     zps_optimizer_set_steps(s->store.opt, ck.opt_steps);
-    zps_stale_restore(s->st, ck.version, ck.pushed, ck.live, ck.dropped);
+    zps_consistency_restore(s->st, ck.version, ck.pushed, ck.live, ck.dropped);
     s->ckpt_taken = true;
     s->ckpt_version = ck.version;
     snprintf(s->ckpt_last_path, sizeof(s->ckpt_last_path), "%s", path);
@@ -1341,7 +1341,7 @@ static void release(server_t *s)
     if (s->reply_cached)
         zmq_msg_close(&s->reply_cache);
     s->reply_cached = false;
-    zps_stale_free(s->st);
+    zps_consistency_free(s->st);
     zps_store_fini(&s->store);
     if (s->sock)
         zmq_close(s->sock);
@@ -1369,7 +1369,7 @@ int zps_server_run(const zps_server_config_t *cfg)
         return ZPS_EINVAL;
     }
     char why[256];
-    int rc = zps_stale_new(&cfg->stale, &s.st, why, sizeof(why));
+    int rc = zps_consistency_new(&cfg->stale, &s.st, why, sizeof(why));
     if (rc) {
         zps_error("%s", rc == ZPS_EINVAL ? why : zps_strerror(rc));
         return rc;

@@ -35,7 +35,7 @@ typedef struct zps_server_config {
     const char *endpoint_file; /* if set, the bound endpoint is written there once listening */
     uint32_t shard_index;      /* this is shard I ... */
     uint32_t shard_count;      /* ... of S */
-    zps_stale_config_t stale;
+    zps_consistency_config_t stale;
     zps_opt_config_t opt;
     zps_lr_staleness_t lr_staleness;
     const char *checkpoint_dir;  /* where checkpoints go; NULL: none */

@@ -49,17 +49,17 @@ typedef struct step {
     int toks[8];
 } step_t;
 
-static zps_staleness_t *make(zps_mode_t mode, uint32_t w, uint32_t s, uint32_t backup)
+static zps_consistency_t *make(zps_mode_t mode, uint32_t w, uint32_t s, uint32_t backup)
 {
-    zps_stale_config_t cfg = {mode, w, s, backup, 4};
-    zps_staleness_t *st = NULL;
+    zps_consistency_config_t cfg = {mode, w, s, backup, 4};
+    zps_consistency_t *st = NULL;
     char why[128];
-    assert_int_equal(zps_stale_new(&cfg, &st, why, sizeof(why)), 0);
-    zps_stale_set_initialized(st);
+    assert_int_equal(zps_consistency_new(&cfg, &st, why, sizeof(why)), 0);
+    zps_consistency_set_initialized(st);
     return st;
 }
 
-static void run(zps_staleness_t *st, const step_t *script)
+static void run(zps_consistency_t *st, const step_t *script)
 {
     char why[256];
     for (int i = 0; script[i].op != END; i++) {
@@ -69,7 +69,7 @@ static void run(zps_staleness_t *st, const step_t *script)
         switch (s->op) {
         case PUSH: {
             zps_push_decision_t d;
-            int rc = zps_stale_push(st, (uint32_t)s->a, s->b, s->b, &d, why, sizeof(why));
+            int rc = zps_consistency_push(st, (uint32_t)s->a, s->b, s->b, &d, why, sizeof(why));
             if (s->expect < 0) {
                 if (rc != s->expect)
                     fail_msg("%s: push w%d t%llu: expected %s, got %s", where, s->a,
@@ -87,7 +87,7 @@ static void run(zps_staleness_t *st, const step_t *script)
         case PULL: {
             zps_pull_result_t r;
             uint64_t existing = 0;
-            int rc = zps_stale_pull(st, s->a, s->b, (uint64_t)s->c, (uint64_t)s->c, &r, &existing,
+            int rc = zps_consistency_pull(st, s->a, s->b, (uint64_t)s->c, (uint64_t)s->c, &r, &existing,
                                     why, sizeof(why));
             if (s->expect < 0) {
                 if (rc != s->expect)
@@ -105,7 +105,7 @@ static void run(zps_staleness_t *st, const step_t *script)
         }
         case READY: {
             uint64_t toks[16];
-            size_t n = zps_stale_take_ready(st, toks, 16);
+            size_t n = zps_consistency_take_ready(st, toks, 16);
             if ((int)n != s->c)
                 fail_msg("%s: %zu pulls ready, expected %d", where, n, s->c);
             for (int k = 0; k < s->c; k++)
@@ -117,7 +117,7 @@ static void run(zps_staleness_t *st, const step_t *script)
         case STEP: {
             uint64_t clock;
             uint32_t ranks[16], k;
-            if (!zps_stale_step_due(st, &clock, ranks, &k))
+            if (!zps_consistency_step_due(st, &clock, ranks, &k))
                 fail_msg("%s: a step for clock %llu should be due", where,
                          (unsigned long long)s->b);
             assert_int_equal(clock, s->b);
@@ -125,35 +125,35 @@ static void run(zps_staleness_t *st, const step_t *script)
             for (int j = 0; j < s->c; j++)
                 assert_int_equal(ranks[j], s->toks[j]);
             /* Taken but not done: no second step for the same clock. */
-            assert_false(zps_stale_step_due(st, &clock, ranks, &k));
-            zps_stale_step_done(st);
+            assert_false(zps_consistency_step_due(st, &clock, ranks, &k));
+            zps_consistency_step_done(st);
             break;
         }
         case NOSTEP: {
             uint64_t clock;
             uint32_t ranks[16], k;
-            if (zps_stale_step_due(st, &clock, ranks, &k))
+            if (zps_consistency_step_due(st, &clock, ranks, &k))
                 fail_msg("%s: no step should be due, got one for clock %llu", where,
                          (unsigned long long)clock);
             break;
         }
         case EVICT:
-            zps_stale_evict(st, (uint32_t)s->a);
+            zps_consistency_evict(st, (uint32_t)s->a);
             break;
         case REJOIN:
-            assert_int_equal(zps_stale_rejoin(st, (uint32_t)s->a), s->b);
+            assert_int_equal(zps_consistency_rejoin(st, (uint32_t)s->a), s->b);
             break;
         case VER:
-            if (zps_stale_version(st) != s->b || zps_stale_min_clock(st) != (uint64_t)s->c)
+            if (zps_consistency_version(st) != s->b || zps_consistency_min_clock(st) != (uint64_t)s->c)
                 fail_msg("%s: version %llu min_clock %llu, expected %llu and %d", where,
-                         (unsigned long long)zps_stale_version(st),
-                         (unsigned long long)zps_stale_min_clock(st), (unsigned long long)s->b,
+                         (unsigned long long)zps_consistency_version(st),
+                         (unsigned long long)zps_consistency_min_clock(st), (unsigned long long)s->b,
                          s->c);
             break;
         case OBSERVE: {
             zps_pull_result_t r;
             uint64_t existing = 0;
-            int rc = zps_stale_observe(st, s->b, (uint64_t)s->c, (uint64_t)s->c, &r, &existing,
+            int rc = zps_consistency_observe(st, s->b, (uint64_t)s->c, (uint64_t)s->c, &r, &existing,
                                        why, sizeof(why));
             if (s->expect < 0 ? rc != s->expect : (rc != 0 || (int)r != s->expect))
                 fail_msg("%s: observe t%llu: rc %s result %d, expected %d", where,
@@ -175,7 +175,7 @@ static void run(zps_staleness_t *st, const step_t *script)
 static void test_bsp_four_workers(void **state)
 {
     (void)state;
-    zps_staleness_t *st = make(ZPS_MODE_BSP, 4, 0, 0);
+    zps_consistency_t *st = make(ZPS_MODE_BSP, 4, 0, 0);
     const step_t script[] = {
         {PULL, 0, 0, 1, RDY_, {0}},
         {PUSH, 0, 0, 0, BUF_, {0}},
@@ -195,14 +195,14 @@ static void test_bsp_four_workers(void **state)
         E,
     };
     run(st, script);
-    zps_stale_free(st);
+    zps_consistency_free(st);
 }
 
 /* Retries are acknowledged and not applied again; gaps are refused and change nothing. */
 static void test_bsp_retry_and_gaps(void **state)
 {
     (void)state;
-    zps_staleness_t *st = make(ZPS_MODE_BSP, 2, 0, 0);
+    zps_consistency_t *st = make(ZPS_MODE_BSP, 2, 0, 0);
     const step_t script[] = {
         {PUSH, 0, 0, 0, BUF_, {0}},
         {PUSH, 0, 0, 0, RETRY_, {0}},
@@ -223,7 +223,7 @@ static void test_bsp_retry_and_gaps(void **state)
         E,
     };
     run(st, script);
-    zps_stale_free(st);
+    zps_consistency_free(st);
 }
 
 /* SSP s=2, W=2: worker 0 may pull clocks 0, 1, 2 before worker 1 pushes
@@ -231,7 +231,7 @@ static void test_bsp_retry_and_gaps(void **state)
 static void test_ssp_bound(void **state)
 {
     (void)state;
-    zps_staleness_t *st = make(ZPS_MODE_SSP, 2, 2, 0);
+    zps_consistency_t *st = make(ZPS_MODE_SSP, 2, 2, 0);
     const step_t script[] = {
         {PULL, 0, 0, 1, RDY_, {0}},
         {PUSH, 0, 0, 0, APPLY_, {0}},
@@ -256,14 +256,14 @@ static void test_ssp_bound(void **state)
         E,
     };
     run(st, script);
-    zps_stale_free(st);
+    zps_consistency_free(st);
 }
 
 /* SSP with s = 0 is BSP's pull rule with pushes applied one at a time. */
 static void test_ssp_zero(void **state)
 {
     (void)state;
-    zps_staleness_t *st = make(ZPS_MODE_SSP, 3, 0, 0);
+    zps_consistency_t *st = make(ZPS_MODE_SSP, 3, 0, 0);
     const step_t script[] = {
         {PUSH, 0, 0, 0, APPLY_, {0}},
         {PULL, 0, 1, 1, Q_, {0}},
@@ -275,13 +275,13 @@ static void test_ssp_zero(void **state)
         E,
     };
     run(st, script);
-    zps_stale_free(st);
+    zps_consistency_free(st);
 }
 
 static void test_asp(void **state)
 {
     (void)state;
-    zps_staleness_t *st = make(ZPS_MODE_ASP, 2, 0, 0);
+    zps_consistency_t *st = make(ZPS_MODE_ASP, 2, 0, 0);
     const step_t script[] = {
         {PULL, 0, 0, 1, RDY_, {0}},
         {PUSH, 0, 0, 0, APPLY_, {0}},
@@ -294,7 +294,7 @@ static void test_asp(void **state)
         E,
     };
     run(st, script);
-    zps_stale_free(st);
+    zps_consistency_free(st);
 }
 
 /* BSP W=4 B=1: the step completes without the slowest worker, whose late push
@@ -302,7 +302,7 @@ static void test_asp(void **state)
 static void test_bsp_backup(void **state)
 {
     (void)state;
-    zps_staleness_t *st = make(ZPS_MODE_BSP, 4, 0, 1);
+    zps_consistency_t *st = make(ZPS_MODE_BSP, 4, 0, 1);
     const step_t script[] = {
         {PUSH, 0, 0, 0, BUF_, {0}},
         {PUSH, 2, 0, 0, BUF_, {0}},
@@ -323,34 +323,34 @@ static void test_bsp_backup(void **state)
         E,
     };
     run(st, script);
-    assert_int_equal(zps_stale_dropped(st, 3), 1);
-    assert_int_equal(zps_stale_dropped(st, 2), 1);
-    assert_int_equal(zps_stale_dropped(st, 0), 0);
-    zps_stale_free(st);
+    assert_int_equal(zps_consistency_dropped(st, 3), 1);
+    assert_int_equal(zps_consistency_dropped(st, 2), 1);
+    assert_int_equal(zps_consistency_dropped(st, 0), 0);
+    zps_consistency_free(st);
 }
 
 /* A push that arrives while its clock's step is being applied is dropped. */
 static void test_bsp_backup_step_in_flight(void **state)
 {
     (void)state;
-    zps_staleness_t *st = make(ZPS_MODE_BSP, 3, 0, 1);
+    zps_consistency_t *st = make(ZPS_MODE_BSP, 3, 0, 1);
     uint64_t clock;
     uint32_t ranks[3], k;
     zps_push_decision_t d;
-    assert_int_equal(zps_stale_push(st, 0, 0, 0, &d, NULL, 0), 0);
-    assert_int_equal(zps_stale_push(st, 1, 0, 0, &d, NULL, 0), 0);
-    assert_true(zps_stale_step_due(st, &clock, ranks, &k));
-    assert_int_equal(zps_stale_push(st, 2, 0, 0, &d, NULL, 0), 0);
+    assert_int_equal(zps_consistency_push(st, 0, 0, 0, &d, NULL, 0), 0);
+    assert_int_equal(zps_consistency_push(st, 1, 0, 0, &d, NULL, 0), 0);
+    assert_true(zps_consistency_step_due(st, &clock, ranks, &k));
+    assert_int_equal(zps_consistency_push(st, 2, 0, 0, &d, NULL, 0), 0);
     assert_int_equal(d.action, ZPS_PUSH_DROP);
-    zps_stale_step_done(st);
-    assert_int_equal(zps_stale_version(st), 1);
-    zps_stale_free(st);
+    zps_consistency_step_done(st);
+    assert_int_equal(zps_consistency_version(st), 1);
+    zps_consistency_free(st);
 }
 
 static void test_bsp_evict_rejoin(void **state)
 {
     (void)state;
-    zps_staleness_t *st = make(ZPS_MODE_BSP, 3, 0, 0);
+    zps_consistency_t *st = make(ZPS_MODE_BSP, 3, 0, 0);
     const step_t script[] = {
         {PUSH, 0, 0, 0, BUF_, {0}},
         {PUSH, 1, 0, 0, BUF_, {0}},
@@ -373,13 +373,13 @@ static void test_bsp_evict_rejoin(void **state)
         E,
     };
     run(st, script);
-    zps_stale_free(st);
+    zps_consistency_free(st);
 }
 
 static void test_ssp_evict_rejoin(void **state)
 {
     (void)state;
-    zps_staleness_t *st = make(ZPS_MODE_SSP, 2, 0, 0);
+    zps_consistency_t *st = make(ZPS_MODE_SSP, 2, 0, 0);
     const step_t script[] = {
         {PUSH, 0, 0, 0, APPLY_, {0}},
         {PULL, 0, 1, 1, Q_, {0}},
@@ -397,17 +397,17 @@ static void test_ssp_evict_rejoin(void **state)
         E,
     };
     run(st, script);
-    zps_stale_free(st);
+    zps_consistency_free(st);
 }
 
 static void test_observer_and_init(void **state)
 {
     (void)state;
-    zps_stale_config_t cfg = {ZPS_MODE_BSP, 2, 0, 0, 2};
-    zps_staleness_t *st;
-    assert_int_equal(zps_stale_new(&cfg, &st, NULL, 0), 0);
+    zps_consistency_config_t cfg = {ZPS_MODE_BSP, 2, 0, 0, 2};
+    zps_consistency_t *st;
+    assert_int_equal(zps_consistency_new(&cfg, &st, NULL, 0), 0);
     zps_push_decision_t d;
-    assert_int_equal(zps_stale_push(st, 0, 0, 0, &d, NULL, 0), ZPS_ENOTINIT);
+    assert_int_equal(zps_consistency_push(st, 0, 0, 0, &d, NULL, 0), ZPS_ENOTINIT);
     const step_t before[] = {
         {PULL, -1, 7, 1, Q_, {0}}, /* observers see the model at once, once it exists */
         {PULL, 0, 0, 2, Q_, {0}},
@@ -418,15 +418,15 @@ static void test_observer_and_init(void **state)
         E,
     };
     run(st, before);
-    zps_stale_set_initialized(st);
+    zps_consistency_set_initialized(st);
     const step_t after[] = {
         {READY, 0, 0, 3, 0, {1, 2, 3}},
         {PULL, -1, 99, 5, RDY_, {0}},
         E,
     };
     run(st, after);
-    assert_int_equal(zps_stale_pending(st), 0);
-    zps_stale_free(st);
+    assert_int_equal(zps_consistency_pending(st), 0);
+    zps_consistency_free(st);
 }
 
 /*
@@ -437,7 +437,7 @@ static void test_observer_and_init(void **state)
 static void test_observe_clock(void **state)
 {
     (void)state;
-    zps_staleness_t *st = make(ZPS_MODE_BSP, 2, 0, 0);
+    zps_consistency_t *st = make(ZPS_MODE_BSP, 2, 0, 0);
     const step_t bsp[] = {
         {OBSERVE, 0, 0, 1, RDY_, {0}}, /* the model of clock 0 is the initial one */
         {OBSERVE, 0, 1, 2, Q_, {0}},
@@ -460,7 +460,7 @@ static void test_observe_clock(void **state)
         E,
     };
     run(st, bsp);
-    zps_stale_free(st);
+    zps_consistency_free(st);
 
     /* SSP(2): worker 0 may run 2 clocks ahead of worker 1; the observer of
      * clock 2 waits until worker 1 has pushed clocks 0 and 1 too. */
@@ -477,7 +477,7 @@ static void test_observe_clock(void **state)
         E,
     };
     run(st, ssp);
-    zps_stale_free(st);
+    zps_consistency_free(st);
 
     st = make(ZPS_MODE_ASP, 2, 0, 0);
     const step_t asp[] = {
@@ -491,14 +491,14 @@ static void test_observe_clock(void **state)
         E,
     };
     run(st, asp);
-    zps_stale_free(st);
+    zps_consistency_free(st);
 }
 
 /* The waiting room is bounded per worker: a flood gets ZPS_EBUSY, not memory. */
 static void test_pending_bound(void **state)
 {
     (void)state;
-    zps_staleness_t *st = make(ZPS_MODE_BSP, 2, 0, 0);
+    zps_consistency_t *st = make(ZPS_MODE_BSP, 2, 0, 0);
     const step_t script[] = {
         {PUSH, 0, 0, 0, BUF_, {0}},
         {PULL, 0, 1, 1, Q_, {0}},
@@ -515,16 +515,16 @@ static void test_pending_bound(void **state)
     };
     run(st, script);
     uint64_t toks[4];
-    assert_int_equal(zps_stale_take_all(st, toks, 4), 0);
-    zps_stale_free(st);
+    assert_int_equal(zps_consistency_take_all(st, toks, 4), 0);
+    zps_consistency_free(st);
 }
 
 static void test_config_errors(void **state)
 {
     (void)state;
-    zps_staleness_t *st = NULL;
+    zps_consistency_t *st = NULL;
     char why[128];
-    zps_stale_config_t bad[] = {
+    zps_consistency_config_t bad[] = {
         {ZPS_MODE_BSP, 0, 0, 0, 4},  /* no workers */
         {ZPS_MODE_BSP, 2, 0, 2, 4},  /* B >= W */
         {ZPS_MODE_SSP, 2, 1, 1, 4},  /* backups outside BSP */
@@ -533,7 +533,7 @@ static void test_config_errors(void **state)
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         why[0] = '\0';
-        assert_int_equal(zps_stale_new(&bad[i], &st, why, sizeof(why)), ZPS_EINVAL);
+        assert_int_equal(zps_consistency_new(&bad[i], &st, why, sizeof(why)), ZPS_EINVAL);
         assert_true(strlen(why) > 0);
     }
     zps_mode_t m;
