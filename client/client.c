@@ -314,8 +314,6 @@ int zps_client_new(const char *const *endpoints, size_t count, const zps_client_
     return 0;
 }
 
-static void heartbeat_stop(zps_client_t *c);
-
 void zps_client_free(zps_client_t *c)
 {
     if (!c)
@@ -449,7 +447,7 @@ static int take_reply(zps_client_t *c, conn_t *k)
     for (;;) {
         zps_message_t m;
         /* Pull payloads are checksummed while they are copied out (copy_pulled). */
-        int rc = zps_wire_recv(k->sock, ZMQ_DONTWAIT | ZPS_WIRE_DEFER_CHECKSUM, false, &m);
+        int rc = zps_wire_recv_deferred(k->sock, ZMQ_DONTWAIT, false, &m);
         if (rc == ZPS_EAGAIN)
             return 0;
         if (rc == ZPS_ESOCKET) {
@@ -691,7 +689,10 @@ static void collect_info(zps_client_t *c, zps_reply_info_t *info)
             info->staleness = h->staleness;
         if (i == 0 || h->next_clock < info->next_clock)
             info->next_clock = h->next_clock;
-        info->flags |= h->flags;
+        info->retried |= (h->flags & ZPS_FLAG_RETRY) != 0;
+        info->dropped |= (h->flags & ZPS_FLAG_DROPPED) != 0;
+        info->buffered |= (h->flags & ZPS_FLAG_BUFFERED) != 0;
+        info->rejoined |= (h->flags & ZPS_FLAG_REJOINED) != 0;
     }
 }
 
@@ -835,16 +836,6 @@ int zps_client_push(zps_client_t *c, uint64_t clock, const float *grad, uint64_t
     return rc;
 }
 
-/* Runs a payload-less request on every shard, for acknowledgement only. */
-static int simple_call(zps_client_t *c, enum zps_msg_type type)
-{
-    begin(c, type);
-    int rc = exchange(c);
-    for (size_t i = 0; i < c->nconns; i++)
-        zps_message_close(&c->conns[i].reply);
-    return rc;
-}
-
 int zps_client_checkpoint(zps_client_t *c, char **report)
 {
     begin(c, ZPS_MSG_CHECKPOINT);
@@ -862,11 +853,6 @@ int zps_client_checkpoint(zps_client_t *c, char **report)
     }
     *report = zps_strbuf_take(&b);
     return *report ? 0 : ZPS_ENOMEM;
-}
-
-int zps_client_heartbeat(zps_client_t *c)
-{
-    return simple_call(c, ZPS_MSG_HEARTBEAT);
 }
 
 int zps_client_stats(zps_client_t *c, size_t index, char **json)

@@ -138,14 +138,14 @@ static bool has_more(void *sock)
     return zmq_getsockopt(sock, ZMQ_RCVMORE, &more, &sz) == 0 && more;
 }
 
-int zps_wire_recv(void *sock, int flags, bool router, zps_message_t *msg)
+/* zps_wire_recv and zps_wire_recv_deferred: `verify` says whether the
+ * payload's checksum is checked here. */
+static int recv_message(void *sock, int flags, bool router, bool verify, zps_message_t *msg)
 {
     memset(msg, 0, sizeof(*msg));
     zps_header_init(&msg->hdr, ZPS_MSG_NONE);
     msg->hdr.version = 0;
 
-    bool defer_checksum = flags & ZPS_WIRE_DEFER_CHECKSUM;
-    flags &= ~ZPS_WIRE_DEFER_CHECKSUM;
     zmq_msg_t frame;
     zmq_msg_init(&frame);
     if (zmq_msg_recv(&frame, sock, flags) < 0) {
@@ -212,7 +212,7 @@ int zps_wire_recv(void *sock, int flags, bool router, zps_message_t *msg)
         size_t bytes = zmq_msg_size(&msg->payload);
         if (msg->hdr.length > SIZE_MAX / sizeof(float) || bytes != msg->hdr.length * sizeof(float))
             return ZPS_ELENGTH;
-        if (!defer_checksum) {
+        if (verify) {
             size_t bad;
             if (zps_crc_scan(zmq_msg_data(&msg->payload), msg->hdr.length, &bad) !=
                 msg->hdr.checksum)
@@ -224,6 +224,16 @@ int zps_wire_recv(void *sock, int flags, bool router, zps_message_t *msg)
         return ZPS_ELENGTH;
     }
     return 0;
+}
+
+int zps_wire_recv(void *sock, int flags, bool router, zps_message_t *msg)
+{
+    return recv_message(sock, flags, router, true, msg);
+}
+
+int zps_wire_recv_deferred(void *sock, int flags, bool router, zps_message_t *msg)
+{
+    return recv_message(sock, flags, router, false, msg);
 }
 
 int zps_message_copy_verified(zps_message_t *msg, float *dst)

@@ -117,14 +117,15 @@ bool zps_wire_wants_payload(const zps_header_t *hdr);
 int zps_wire_recv(void *sock, int flags, bool router, zps_message_t *msg);
 
 /*
- * A flag for zps_wire_recv's `flags`: leave the payload checksum unverified,
- * because the caller will copy the payload with zps_message_copy_verified,
- * which checks it in the same pass. Everything else is still checked.
+ * As zps_wire_recv, but leaves the payload's checksum unverified (msg->scanned
+ * stays false), because the caller will copy the payload out with
+ * zps_message_copy_verified, which checks it in the same pass over memory.
+ * Everything else is checked as zps_wire_recv checks it.
  */
-#define ZPS_WIRE_DEFER_CHECKSUM (1 << 30)
+int zps_wire_recv_deferred(void *sock, int flags, bool router, zps_message_t *msg);
 
 /*
- * Copies the payload of a message received with ZPS_WIRE_DEFER_CHECKSUM to
+ * Copies the payload of a message received with zps_wire_recv_deferred to
  * dst (hdr.length floats) while computing its checksum. Returns 0, or
  * ZPS_ECHECKSUM when it does not match (dst then holds untrusted bytes).
  */

@@ -25,7 +25,6 @@
 #include "launch.h"
 #include "log.h"
 #include "parse.h"
-#include "wire.h"
 
 #define EXIT_REFUSED 1
 #define EXIT_USAGE 2
@@ -36,37 +35,36 @@ static const char *command = ""; /* "stats": names the command in error messages
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: zps COMMAND --servers E1[,E2...] [options]\n"
-            "\n"
-            "Commands:\n"
-            "  init    set the initial model: --values V1,V2,... or --file F (raw\n"
-            "          little-endian float32)\n"
-            "  push    push a gradient: --worker R --clock T --batch N --values G1,G2,...\n"
-            "  pull    print the parameters for a clock, one per line, each the shortest\n"
-            "          decimal that reads back as the same float32: [--worker R] [--clock T]\n"
-            "          (without --worker: an observer's view, answered at once)\n"
-            "  stats   print each server's statistics as one JSON line\n"
-            "  checkpoint\n"
-            "          have every server write a checkpoint now (needs --checkpoint-dir on\n"
-            "          the servers); prints each one's version and file\n"
-            "  checkpoint inspect FILE\n"
-            "          print a checkpoint's header and verify every section's checksum\n"
-            "          (exit 0 valid, 1 invalid, 2 unreadable)\n"
-            "  launch  start a whole local cluster (servers and workers) and train; it has\n"
-            "          its own flags: zps launch --help\n"
-            "\n"
-            "Options:\n"
-            "  --servers LIST     server endpoints in shard order, comma-separated\n"
-            "  --timeout-ms MS    give up after MS milliseconds (default 10000; -1: never)\n"
-            "  --retry-ms MS      resend an unanswered request after MS ms (default 1000)\n"
-            "  --verbose          pull: print model versions and min_clock on stderr\n"
-            "  --help             this text\n"
-            "\n"
-            "Exit status: 0 success; 1 a server refused (its reason on stderr), or did not\n"
-            "answer within the deadline (a wrong address, no server running); 2 bad usage;\n"
-            "3 a pull that timed out: the servers are there but hold it back because its\n"
-            "clock is not reached yet.\n");
+    fprintf(f, "usage: zps COMMAND --servers E1[,E2...] [options]\n"
+               "\n"
+               "Commands:\n"
+               "  init    set the initial model: --values V1,V2,... or --file F (raw\n"
+               "          little-endian float32)\n"
+               "  push    push a gradient: --worker R --clock T --batch N --values G1,G2,...\n"
+               "  pull    print the parameters for a clock, one per line, each the shortest\n"
+               "          decimal that reads back as the same float32: [--worker R] [--clock T]\n"
+               "          (without --worker: an observer's view, answered at once)\n"
+               "  stats   print each server's statistics as one JSON line\n"
+               "  checkpoint\n"
+               "          have every server write a checkpoint now (needs --checkpoint-dir on\n"
+               "          the servers); prints each one's version and file\n"
+               "  checkpoint inspect FILE\n"
+               "          print a checkpoint's header and verify every section's checksum\n"
+               "          (exit 0 valid, 1 invalid, 2 unreadable)\n"
+               "  launch  start a whole local cluster (servers and workers) and train; it has\n"
+               "          its own flags: zps launch --help\n"
+               "\n"
+               "Options:\n"
+               "  --servers LIST     server endpoints in shard order, comma-separated\n"
+               "  --timeout-ms MS    give up after MS milliseconds (default 10000; -1: never)\n"
+               "  --retry-ms MS      resend an unanswered request after MS ms (default 1000)\n"
+               "  --verbose          pull: print model versions and min_clock on stderr\n"
+               "  --help             this text\n"
+               "\n"
+               "Exit status: 0 success; 1 a server refused (its reason on stderr), or did not\n"
+               "answer within the deadline (a wrong address, no server running); 2 bad usage;\n"
+               "3 a pull that timed out: the servers are there but hold it back because its\n"
+               "clock is not reached yet.\n");
 }
 
 typedef struct args {
@@ -97,8 +95,18 @@ __attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ..
 
 static int parse_args(int argc, char **argv, args_t *a)
 {
-    enum { O_SERVERS = 256, O_VALUES, O_FILE, O_WORKER, O_CLOCK, O_BATCH, O_TIMEOUT, O_RETRY,
-           O_VERBOSE, O_HELP };
+    enum {
+        O_SERVERS = 256,
+        O_VALUES,
+        O_FILE,
+        O_WORKER,
+        O_CLOCK,
+        O_BATCH,
+        O_TIMEOUT,
+        O_RETRY,
+        O_VERBOSE,
+        O_HELP
+    };
     static const struct option opts[] = {
         {"servers", required_argument, NULL, O_SERVERS},
         {"values", required_argument, NULL, O_VALUES},
@@ -137,14 +145,12 @@ static int parse_args(int argc, char **argv, args_t *a)
             break;
         case O_CLOCK:
             if (zps_parse_u64(optarg, &a->clock))
-                return usage_error("invalid --clock '%s': expected a non-negative integer",
-                                   optarg);
+                return usage_error("invalid --clock '%s': expected a non-negative integer", optarg);
             a->have_clock = true;
             break;
         case O_BATCH:
             if (zps_parse_long(optarg, 0, 0x7fffffff, &a->batch))
-                return usage_error("invalid --batch '%s': expected a non-negative integer",
-                                   optarg);
+                return usage_error("invalid --batch '%s': expected a non-negative integer", optarg);
             a->have_batch = true;
             break;
         case O_TIMEOUT:
@@ -201,10 +207,10 @@ static int read_floats(const char *path, float **out, size_t *n)
     fclose(f);
     if (!v || err || pos < 0 || (size_t)pos != len * sizeof(float) || len == 0) {
         fprintf(stderr, "zps: %s: %s\n", path,
-                !v ? "out of memory"
-                   : err ? "read error"
-                         : len == 0 ? "empty file"
-                                    : "size is not a multiple of 4 bytes (float32)");
+                !v         ? "out of memory"
+                : err      ? "read error"
+                : len == 0 ? "empty file"
+                           : "size is not a multiple of 4 bytes (float32)");
         free(v);
         return EXIT_USAGE;
     }
@@ -274,9 +280,8 @@ static int cmd_push(zps_client_t *c, const args_t *a)
         fprintf(stderr, "version %llu..%llu min_clock %llu%s%s%s\n",
                 (unsigned long long)info.min_version, (unsigned long long)info.max_version,
                 (unsigned long long)info.min_clock,
-                info.flags & ZPS_FLAG_RETRY ? " retry (not applied again)" : "",
-                info.flags & ZPS_FLAG_DROPPED ? " dropped (too late)" : "",
-                info.flags & ZPS_FLAG_BUFFERED ? " buffered" : "");
+                info.retried ? " retry (not applied again)" : "",
+                info.dropped ? " dropped (too late)" : "", info.buffered ? " buffered" : "");
     return 0;
 }
 
@@ -295,8 +300,7 @@ static int cmd_pull(zps_client_t *c, const args_t *a)
     if (a->verbose)
         fprintf(stderr, "version %llu..%llu min_clock %llu%s\n",
                 (unsigned long long)info.min_version, (unsigned long long)info.max_version,
-                (unsigned long long)info.min_clock,
-                info.flags & ZPS_FLAG_REJOINED ? " rejoined" : "");
+                (unsigned long long)info.min_clock, info.rejoined ? " rejoined" : "");
     return fflush(stdout) == 0 ? 0 : EXIT_REFUSED;
 }
 
@@ -347,8 +351,10 @@ int main(int argc, char **argv)
     static const struct {
         const char *name;
         int (*fn)(zps_client_t *, const args_t *);
-    } cmds[] = {{"init", cmd_init},   {"push", cmd_push},
-                {"pull", cmd_pull},   {"stats", cmd_stats},
+    } cmds[] = {{"init", cmd_init},
+                {"push", cmd_push},
+                {"pull", cmd_pull},
+                {"stats", cmd_stats},
                 {"checkpoint", cmd_checkpoint}};
     int (*fn)(zps_client_t *, const args_t *) = NULL;
     for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {

@@ -26,7 +26,6 @@
 #include "model.h"
 #include "strbuf.h"
 #include "timeutil.h"
-#include "wire.h"
 
 /* Evaluation runs in chunks of this many examples (whatever the batch). */
 #define EVAL_CHUNK 1024
@@ -733,7 +732,7 @@ static int run_distributed(trainer_t *T)
             goto done;
         }
         r.push_ms = ms_since(t2);
-        r.dropped = (pinfo.flags & ZPS_FLAG_DROPPED) != 0;
+        r.dropped = pinfo.dropped;
         r.step_ms = ms_since(t0);
         if ((rc = record_step(T, &r)) != 0)
             goto done;

@@ -67,7 +67,7 @@ static void worker_process(const char *endpoint, int w, long step_ms)
         zps_sleep_ms(step_ms);
         if (zps_client_push(c, t, &g, 1, 1, &info) != 0)
             break;
-        if (info.flags & ZPS_FLAG_REJOINED)
+        if (info.rejoined)
             atomic_fetch_add(&board->rejoined[w], 1);
         /* Resume where the shard expects us (after an eviction: the present). */
         t = info.next_clock > t + 1 ? info.next_clock : t + 1;

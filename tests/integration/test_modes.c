@@ -26,7 +26,6 @@
 #include "error.h"
 #include "harness.h"
 #include "timeutil.h"
-#include "wire.h"
 
 enum { W = 4, CLOCKS = 200, N = 37 };
 #define LR 0.01
@@ -111,9 +110,9 @@ static void *worker(void *p)
                      zps_client_last_error(c));
             break;
         }
-        if (info.flags & ZPS_FLAG_DROPPED)
+        if (info.dropped)
             a->dropped++;
-        if (info.flags & ZPS_FLAG_RETRY) {
+        if (info.retried) {
             snprintf(a->why, sizeof(a->why), "push %llu treated as a retry", (unsigned long long)t);
             a->rc = -101;
             break;

@@ -26,7 +26,6 @@
 #include "error.h"
 #include "harness.h"
 #include "timeutil.h"
-#include "wire.h"
 
 enum { W = 4, N = 301, SHARDS = 2, CLOCKS = 40, CUT = 20 };
 
