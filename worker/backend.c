@@ -173,16 +173,6 @@ const char *zps_backend_describe(const zps_backend_t *be)
     return be->ops->describe(be->ctx);
 }
 
-const zps_model_t *zps_backend_model(const zps_backend_t *be)
-{
-    return &be->model;
-}
-
-size_t zps_backend_max_batch(const zps_backend_t *be)
-{
-    return be->max_batch;
-}
-
 float *zps_backend_params(zps_backend_t *be)
 {
     return be->params;

@@ -84,8 +84,6 @@ void zps_backend_free(zps_backend_t *be); /* NULL is a no-op */
 const char *zps_backend_name(const zps_backend_t *be);
 /* A one-line description for logs ("cpu: OpenBLAS 0.3.21, 1 thread"). */
 const char *zps_backend_describe(const zps_backend_t *be);
-const zps_model_t *zps_backend_model(const zps_backend_t *be);
-size_t zps_backend_max_batch(const zps_backend_t *be);
 
 /*
  * The parameter buffer [nparams]: write the parameters here (a pull, an
