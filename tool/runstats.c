@@ -96,6 +96,7 @@ void zps_runstats_free(zps_runstats_t *rs)
     free(rs);
 }
 
+/* The number under `key` of object o: NaN (num) or 0 (num0) when there is none. */
 static double num(const zps_json_t *o, const char *key)
 {
     return zps_json_number(zps_json_get(o, key), NAN);
@@ -359,13 +360,14 @@ static void training_span(const zps_runstats_t *rs, span_t *sp)
     }
 }
 
-/* Sums of one worker's steps that ended by `end`. */
+/* What one worker's steps add up to (milliseconds, counts). */
 typedef struct wsum {
     uint64_t steps, examples, dropped;
     double compute_ms, pad_ms, delay_ms, pull_ms, push_ms, step_ms;
-    uint64_t last_clock;
+    uint64_t last_clock; /* one past the highest clock summed */
 } wsum_t;
 
+/* The sums of worker w's steps that ended by `end` (seconds since the epoch). */
 static void worker_sums(const wstat_t *w, double end, wsum_t *s)
 {
     memset(s, 0, sizeof(*s));
@@ -521,8 +523,8 @@ static int cmp_u64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* The smallest sampled v such that at least q of the sorted samples are <= v,
- * the rule zps_vhist_quantile applies to update staleness. */
+/* The q-quantile of v[n] (sorted, n >= 1) by the rule zps_vhist_quantile
+ * applies to update staleness: the sample of rank max(1, floor(q * n)). */
 static uint64_t sorted_quantile(const uint64_t *v, size_t n, double q)
 {
     size_t need = (size_t)(q * (double)n);
