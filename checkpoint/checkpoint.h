@@ -1,6 +1,7 @@
 /*
- * checkpoint.h - the shard checkpoint file: its format, writing it safely,
- * reading and verifying it, finding the newest good one, pruning old ones.
+ * checkpoint.h - shard checkpoints: the file format (format.c: validating,
+ * encoding, decoding, verifying) and the directory of them (dir.c: file
+ * names, writing one safely, finding the newest good one, pruning old ones).
  *
  * A shard checkpoint is everything a shard needs to continue exactly where it
  * was: which shard of which model it is, its parameters, its optimizer's
@@ -13,16 +14,22 @@
  *
  * This module is pure file I/O on plain structs: no sockets, no event loop, no
  * server internals. The server fills a zps_ckpt_t from its store, optimizer
- * and staleness controller and hands it to zps_ckpt_write (on a threadpool
+ * and consistency controller and hands it to zps_ckpt_write (on a threadpool
  * thread: a large shard takes a while to write and sync), and on --resume
- * gets one back from zps_ckpt_find_latest and restores from it. What the
- * server must put in the struct, in particular the BSP rule for pushes that
- * were buffered but not yet stepped, is in docs/checkpoint.md.
+ * gets one back from zps_ckpt_find_latest and restores from it.
  *
- * Every function here blocks on the file system. None keeps global state
- * (the temporary-name counter is atomic): any thread may call them, and
- * concurrent calls on different files are safe. Two writers of the same
- * shard in the same directory are not supported.
+ * Every function that takes a path or a file descriptor blocks on the file
+ * system. None keeps global state (the temporary-name counter is atomic):
+ * any thread may call them, and concurrent calls on different files are
+ * safe. Two writers of the same shard in the same directory are not
+ * supported.
+ *
+ * Not here: what the server must put in the struct, in particular the BSP
+ * rule for pushes that were buffered but not yet stepped, and when
+ * checkpoints are written, pruned and resumed (server/, docs/checkpoint.md);
+ * printing one for people (tool/ckpt_inspect.c); the optimizer's and the
+ * consistency controller's own rules, which validation asks
+ * (optimizer/optimizer.h, consistency/consistency.h).
  */
 #ifndef ZPS_CHECKPOINT_H
 #define ZPS_CHECKPOINT_H
@@ -103,30 +110,29 @@ void zps_ckpt_init(zps_ckpt_t *c);
  */
 void zps_ckpt_fini(zps_ckpt_t *c);
 
+/* ---- the file format (format.c) ---- */
+
 /*
- * Writes `c` as "<dir>/shard-<I>-of-<S>-v<version, 20 digits>.zpsckpt":
- * into a new temporary file in `dir` (".shard-...zpsckpt.tmp.<pid>.<n>"),
- * then fsync of the file, rename over the final name (replacing a file of
- * the same version), fsync of the directory. A crash or a failure at any
- * point leaves either the old state of the final name or the complete new
- * file under it, never a partial one; on failure the temporary file is
- * removed (only a crash can leave one behind; readers ignore it).
- *
- * The arrays are read, never changed, and must not change during the call
- * (the server copies them, or stops stepping, while it writes). Blocks for
- * the whole write and sync.
- *
- * Returns 0 with the final path in path_out (may be NULL; truncated to
- * path_size), ZPS_EINVAL when `c` is not a valid checkpoint (a bad range, an
- * optimizer configuration zps_opt_config_check refuses, a state count or
- * state names that do not match its optimizer, an invalid consistency
- * configuration, a NULL array of nonzero length, a path too long),
- * ZPS_EIO when the file system refused, with the step and the errno text,
- * e.g. "write /ckpt/.shard-0-of-2-...: No space left on device", or
- * ZPS_ENOMEM. Reasons go to `why` (may be NULL; truncated to why_size).
+ * Is `c` a checkpoint that may be written: its range the one the range rule
+ * gives for its shard, an optimizer configuration zps_opt_config_check
+ * accepts with exactly the state arrays (count and names) its optimizer
+ * keeps, a valid consistency configuration, no NULL array of nonzero length?
+ * Returns 0, ZPS_EINVAL with "not a valid checkpoint: <reason>" in `why`
+ * (may be NULL; truncated to why_size), or ZPS_ENOMEM. Reads `c` only; no I/O.
  */
-int zps_ckpt_write(const char *dir, const zps_ckpt_t *c, char *path_out, size_t path_size,
-                   char *why, size_t why_size);
+int zps_ckpt_validate(const zps_ckpt_t *c, char *why, size_t why_size);
+
+/*
+ * Writes `c` as one whole checkpoint file to `fd`, an empty file open for
+ * writing at offset 0: the sections in order, then the header and the
+ * section table at the front. Does not sync or close `fd`: a safe name and
+ * durability are zps_ckpt_write's. `path` only names the file in messages.
+ * Refuses what zps_ckpt_validate refuses, before writing anything. Returns
+ * 0; ZPS_EINVAL; ZPS_EIO with "write <path>: <errno text>" in `why` (the
+ * file then holds an unspecified part); ZPS_ENOMEM. The arrays are only
+ * read. Blocks; memory use is one fixed buffer.
+ */
+int zps_ckpt_encode(int fd, const zps_ckpt_t *c, const char *path, char *why, size_t why_size);
 
 /*
  * Reads and verifies the checkpoint at `path`: magic, format version, the
@@ -147,55 +153,6 @@ int zps_ckpt_write(const char *dir, const zps_ckpt_t *c, char *path_out, size_t 
  * fixed buffer.
  */
 int zps_ckpt_read(const char *path, zps_ckpt_t *out, char *why, size_t why_size);
-
-/*
- * Is `c` a checkpoint of shard `index` of `count`, for a model of
- * `total_or_0` elements (0: the caller does not know N yet)? Returns 0;
- * ZPS_ERANGE when it belongs to another shard or another shard count, or its
- * range is not the one the range rule gives for its N; ZPS_ESIZE when N
- * differs. The reason (both sides' values) goes to `why`.
- */
-int zps_ckpt_check_shard(const zps_ckpt_t *c, uint32_t index, uint32_t count, uint64_t total_or_0,
-                         char *why, size_t why_size);
-
-/*
- * Loads the newest valid checkpoint of shard `index`/`count` in `dir`, by the
- * version in the file name. A file that fails zps_ckpt_read, whose contents
- * are not that shard's (zps_ckpt_check_shard with N unknown), or whose
- * version differs from its name, is skipped and the next older one tried;
- * each skipped file gets one line in `report`:
- *   "skipped shard-0-of-2-v...012.zpsckpt: truncated: section 'params' ends at ..."
- * Other shards' files, temporary files and other names are ignored.
- *
- * Returns 0 with *out filled (owning its arrays) and its path in path_out;
- * ZPS_EIO when there is no candidate at all -- `report` then says
- * "no checkpoint for shard 0/2 in DIR" -- or `dir` cannot be listed (the
- * errno text); ZPS_ECORRUPT when candidates exist but none is usable (the
- * report lists each); ZPS_ENOMEM. `report` may be NULL; it is truncated to
- * report_size and is written in every case. *out and path_out are written
- * only on success.
- */
-int zps_ckpt_find_latest(const char *dir, uint32_t index, uint32_t count, zps_ckpt_t *out,
-                         char *path_out, size_t path_size, char *report, size_t report_size);
-
-/*
- * As zps_ckpt_find_latest, but considers only versions <= max_version. Under
- * BSP every shard must resume at the same version (docs/checkpoint.md); when
- * one shard's newest checkpoint is lost, the operator resumes all of them at
- * the newest version every shard still has.
- */
-int zps_ckpt_find_at_most(const char *dir, uint32_t index, uint32_t count, uint64_t max_version,
-                          zps_ckpt_t *out, char *path_out, size_t path_size, char *report,
-                          size_t report_size);
-
-/*
- * Deletes all but the newest `keep` (>= 1) checkpoint files of shard
- * `index`/`count` in `dir`, by the version in their names, without reading
- * them. Other shards' files, temporary files and other names are left alone.
- * Returns 0; ZPS_EINVAL for keep 0; ZPS_EIO when `dir` cannot be listed or
- * a file cannot be deleted (the others are still tried).
- */
-int zps_ckpt_prune(const char *dir, uint32_t index, uint32_t count, unsigned keep);
 
 /*
  * Verification of one file, part by part, for `zps checkpoint inspect`.
@@ -238,9 +195,86 @@ int zps_ckpt_verify(const char *path, zps_ckpt_scan_t *scan, char *why, size_t w
 void zps_ckpt_scan_fini(zps_ckpt_scan_t *scan);
 
 /*
+ * Is `c` a checkpoint of shard `index` of `count`, for a model of
+ * `total_or_0` elements (0: the caller does not know N yet)? Returns 0;
+ * ZPS_ERANGE when it belongs to another shard or another shard count, or its
+ * range is not the one the range rule gives for its N; ZPS_ESIZE when N
+ * differs. The reason (both sides' values) goes to `why`.
+ */
+int zps_ckpt_check_shard(const zps_ckpt_t *c, uint32_t index, uint32_t count, uint64_t total_or_0,
+                         char *why, size_t why_size);
+
+/* ---- the directory of checkpoints (dir.c) ---- */
+
+/*
  * Writes the checkpoint file name of shard index/count at `version`
  * (no directory) to buf. Returns 0, or ZPS_EINVAL if it does not fit.
  */
 int zps_ckpt_file_name(uint32_t index, uint32_t count, uint64_t version, char *buf, size_t size);
+
+/*
+ * Writes `c` as "<dir>/shard-<I>-of-<S>-v<version, 20 digits>.zpsckpt":
+ * into a new temporary file in `dir` (".shard-...zpsckpt.tmp.<pid>.<n>"),
+ * then fsync of the file, rename over the final name (replacing a file of
+ * the same version), fsync of the directory. A crash or a failure at any
+ * point leaves either the old state of the final name or the complete new
+ * file under it, never a partial one; on failure the temporary file is
+ * removed (only a crash can leave one behind; readers ignore it).
+ *
+ * The arrays are read, never changed, and must not change during the call
+ * (the server copies them, or stops stepping, while it writes). Blocks for
+ * the whole write and sync.
+ *
+ * Returns 0 with the final path in path_out (may be NULL; truncated to
+ * path_size), ZPS_EINVAL when `c` is not a valid checkpoint
+ * (zps_ckpt_validate: a bad range, an optimizer configuration
+ * zps_opt_config_check refuses, a state count or state names that do not
+ * match its optimizer, an invalid consistency configuration, a NULL array of
+ * nonzero length) or a path is too long,
+ * ZPS_EIO when the file system refused, with the step and the errno text,
+ * e.g. "write /ckpt/.shard-0-of-2-...: No space left on device", or
+ * ZPS_ENOMEM. Reasons go to `why` (may be NULL; truncated to why_size).
+ */
+int zps_ckpt_write(const char *dir, const zps_ckpt_t *c, char *path_out, size_t path_size,
+                   char *why, size_t why_size);
+
+/*
+ * Loads the newest valid checkpoint of shard `index`/`count` in `dir`, by the
+ * version in the file name. A file that fails zps_ckpt_read, whose contents
+ * are not that shard's (zps_ckpt_check_shard with N unknown), or whose
+ * version differs from its name, is skipped and the next older one tried;
+ * each skipped file gets one line in `report`:
+ *   "skipped shard-0-of-2-v...012.zpsckpt: truncated: section 'params' ends at ..."
+ * Other shards' files, temporary files and other names are ignored.
+ *
+ * Returns 0 with *out filled (owning its arrays) and its path in path_out;
+ * ZPS_EIO when there is no candidate at all -- `report` then says
+ * "no checkpoint for shard 0/2 in DIR" -- or `dir` cannot be listed (the
+ * errno text); ZPS_ECORRUPT when candidates exist but none is usable (the
+ * report lists each); ZPS_ENOMEM. `report` may be NULL; it is truncated to
+ * report_size and is written in every case. *out and path_out are written
+ * only on success.
+ */
+int zps_ckpt_find_latest(const char *dir, uint32_t index, uint32_t count, zps_ckpt_t *out,
+                         char *path_out, size_t path_size, char *report, size_t report_size);
+
+/*
+ * As zps_ckpt_find_latest, but considers only versions <= max_version. Under
+ * BSP every shard must resume at the same version (docs/checkpoint.md); when
+ * one shard's newest checkpoint is lost, the operator resumes all of them at
+ * the newest version every shard still has.
+ */
+int zps_ckpt_find_at_most(const char *dir, uint32_t index, uint32_t count, uint64_t max_version,
+                          zps_ckpt_t *out, char *path_out, size_t path_size, char *report,
+                          size_t report_size);
+
+/*
+ * Deletes all but the newest `keep` (>= 1) checkpoint files of shard
+ * `index`/`count` in `dir`, by the version in their names, without reading
+ * them. Other shards' files, temporary files and other names are left alone.
+ * Returns 0; ZPS_EINVAL for keep 0; ZPS_EIO when `dir` cannot be listed or
+ * a file cannot be deleted (the others are still tried).
+ */
+int zps_ckpt_prune(const char *dir, uint32_t index, uint32_t count, unsigned keep);
 
 #endif

@@ -1,28 +1,27 @@
 /*
- * checkpoint.c - the shard checkpoint file; see checkpoint.h, and
- * docs/checkpoint.md for the byte layout this file implements.
+ * format.c - the shard checkpoint file format: encoding a zps_ckpt_t into
+ * the bytes docs/checkpoint.md specifies, and reading, verifying and
+ * decoding them; see checkpoint.h.
  *
- * Writing streams every section through one buffer, encoding to
- * little-endian and checksumming as it goes, then fills in the header and the
- * section table at the front, syncs and renames. Reading makes its checks in
- * the order they become possible: magic, format version, the header's
- * checksum, the table's checksum and layout, then for each section its
- * length, its bytes, its checksum, and whether its contents are a valid
- * shard state. No field is used before its checksum has been verified, and
- * no allocation is larger than the file.
+ * Encoding streams every section through one buffer, to little-endian and
+ * checksumming as it goes, then fills in the header and the section table
+ * at the front. Reading makes its checks in the order they become possible:
+ * magic, format version, the header's checksum, the table's checksum and
+ * layout, then for each section its length, its bytes, its checksum, and
+ * whether its contents are a valid shard state. No field is used before its
+ * checksum has been verified, and no allocation is larger than the file.
  *
- * Not here: what the server puts into a checkpoint and how it restores one
- * (server.c), and printing one for people (tool/ckpt_inspect.c).
+ * Not here: file names, the temporary file, rename and sync, and finding or
+ * pruning a shard's files (dir.c); what the server puts into a checkpoint
+ * and how it restores one (server/); printing one for people
+ * (tool/ckpt_inspect.c).
  */
 #include "checkpoint.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <limits.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,22 +111,6 @@ static void say(char *why, size_t why_size, const char *fmt, ...)
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(why, why_size, fmt, ap);
-    va_end(ap);
-}
-
-/* Appends one line to a report buffer, keeping it NUL-terminated. */
-static void report_add(char *rep, size_t size, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void report_add(char *rep, size_t size, const char *fmt, ...)
-{
-    if (rep == NULL || size == 0)
-        return;
-    size_t len = strnlen(rep, size);
-    if (len + 1 >= size)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(rep + len, size - len, fmt, ap);
     va_end(ap);
 }
 
@@ -247,52 +230,7 @@ static int check_workers_fields(const zps_ckpt_t *c, char *why, size_t why_size)
     return 0;
 }
 
-/* ---- names and paths ---- */
-
-int zps_ckpt_file_name(uint32_t index, uint32_t count, uint64_t version, char *buf, size_t size)
-{
-    int n = snprintf(buf, size, "shard-%" PRIu32 "-of-%" PRIu32 "-v%020" PRIu64 "%s", index, count,
-                     version, ZPS_CKPT_SUFFIX);
-    return n >= 0 && (size_t)n < size ? 0 : ZPS_EINVAL;
-}
-
-/* "dir/name", without doubling a trailing slash. */
-static int join(const char *dir, const char *name, char *buf, size_t size)
-{
-    size_t dl = strlen(dir);
-    const char *sep = dl > 0 && dir[dl - 1] == '/' ? "" : "/";
-    int n = snprintf(buf, size, "%s%s%s", dir, sep, name);
-    return n >= 0 && (size_t)n < size ? 0 : ZPS_EINVAL;
-}
-
-/*
- * If `name` is a checkpoint file of shard index/count, returns true with its
- * version. Only the exact form zps_ckpt_file_name writes matches, so other
- * shards' files, other shard counts and temporary files never do.
- */
-static bool match_name(const char *name, uint32_t index, uint32_t count, uint64_t *version)
-{
-    char prefix[64];
-    int n = snprintf(prefix, sizeof(prefix), "shard-%" PRIu32 "-of-%" PRIu32 "-v", index, count);
-    if (n < 0 || (size_t)n >= sizeof(prefix) || strncmp(name, prefix, (size_t)n) != 0)
-        return false;
-    const char *p = name + n;
-    uint64_t v = 0;
-    for (int i = 0; i < 20; i++) {
-        if (p[i] < '0' || p[i] > '9')
-            return false;
-        unsigned d = (unsigned)(p[i] - '0');
-        if (v > (UINT64_MAX - d) / 10)
-            return false;
-        v = v * 10 + d;
-    }
-    if (strcmp(p + 20, ZPS_CKPT_SUFFIX) != 0)
-        return false;
-    *version = v;
-    return true;
-}
-
-/* ---- writing ---- */
+/* ---- encoding ---- */
 
 /* Writes all n bytes at the current position. Returns 0 or -1 with errno. */
 static int write_all(int fd, const uint8_t *p, size_t n)
@@ -327,7 +265,7 @@ static int pwrite_all(int fd, const uint8_t *p, size_t n, off_t off)
 }
 
 /*
- * A stream of bytes into the temporary file through one buffer. The CRC of
+ * A stream of bytes into the file through one buffer. The CRC of
  * the current section is computed as bytes are appended; the first write
  * error is kept (errno in err) and later appends stop at once, so a full disk
  * is reported without encoding the rest of a large array.
@@ -463,8 +401,7 @@ static void encode_optimizer(uint8_t *p, const zps_ckpt_t *c)
     }
 }
 
-/* Checks `c` as zps_ckpt_write's input. Returns 0 or a ZPS_E* code with why. */
-static int check_for_write(const zps_ckpt_t *c, char *why, size_t why_size)
+int zps_ckpt_validate(const zps_ckpt_t *c, char *why, size_t why_size)
 {
     char reason[256];
     int rc;
@@ -517,71 +454,20 @@ invalid:
     return ZPS_EINVAL;
 }
 
-/* fsync of a directory, so a rename in it survives a crash. Returns 0 or -1 with errno. */
-static int sync_dir(const char *dir)
+int zps_ckpt_encode(int fd, const zps_ckpt_t *c, const char *path, char *why, size_t why_size)
 {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    int rc = fsync(fd);
-    int saved = errno;
-    close(fd);
-    /* Some file systems cannot sync a directory; there is nothing more to do there. */
-    if (rc != 0 && saved == EINVAL)
-        rc = 0;
-    errno = saved;
-    return rc;
-}
-
-int zps_ckpt_write(const char *dir, const zps_ckpt_t *c, char *path_out, size_t path_size,
-                   char *why, size_t why_size)
-{
-    if (dir == NULL || c == NULL) {
-        say(why, why_size, "no directory or no checkpoint");
+    if (c == NULL) {
+        say(why, why_size, "no checkpoint");
         return ZPS_EINVAL;
     }
-    int rc = check_for_write(c, why, why_size);
+    int rc = zps_ckpt_validate(c, why, why_size);
     if (rc != 0)
         return rc;
-
-    static atomic_uint tmp_seq;
-    char name[96], final[PATH_MAX], tmp[PATH_MAX];
-    if (zps_ckpt_file_name(c->shard_index, c->shard_count, c->version, name, sizeof(name)) != 0 ||
-        join(dir, name, final, sizeof(final)) != 0) {
-        say(why, why_size, "path too long: %s/%s", dir, name);
-        return ZPS_EINVAL;
-    }
-
-    /* A fresh temporary name beside the final one: rename is atomic only
-     * within one file system, and O_EXCL never reuses a crashed writer's file. */
-    int fd = -1;
-    for (int attempt = 0; attempt < 64 && fd < 0; attempt++) {
-        char tmpname[160];
-        snprintf(tmpname, sizeof(tmpname), ".%s.tmp.%ld.%u", name, (long)getpid(),
-                 atomic_fetch_add(&tmp_seq, 1));
-        if (join(dir, tmpname, tmp, sizeof(tmp)) != 0) {
-            say(why, why_size, "path too long: %s/%s", dir, tmpname);
-            return ZPS_EINVAL;
-        }
-        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-        if (fd < 0 && errno != EEXIST) {
-            say(why, why_size, "create %s: %s", tmp, strerror(errno));
-            return ZPS_EIO;
-        }
-    }
-    if (fd < 0) {
-        say(why, why_size, "create %s: %s", tmp, strerror(EEXIST));
-        return ZPS_EIO;
-    }
-
-    const char *step = "write";
-    int err = 0;
     wstream_t ws = {.fd = fd};
     ws.buf = malloc(CHUNK_BYTES);
     if (ws.buf == NULL) {
-        rc = ZPS_ENOMEM;
         say(why, why_size, "out of memory");
-        goto fail;
+        return ZPS_ENOMEM;
     }
 
     size_t len = (size_t)zps_range_len(c->range);
@@ -631,69 +517,32 @@ int zps_ckpt_write(const char *dir, const zps_ckpt_t *c, char *path_out, size_t 
         secs[s].crc = ws.crc;
     }
     ws_flush(&ws);
-    if (ws.err != 0) {
-        err = ws.err;
-        goto io_fail;
-    }
-
-    /* The table, then the header that checksums it, at the front. */
-    uint8_t front[HEADER_BYTES + ENTRY_BYTES * ZPS_CKPT_MAX_SECTIONS];
-    for (uint32_t s = 0; s < nsec; s++) {
-        uint8_t *e = front + HEADER_BYTES + ENTRY_BYTES * s;
-        put_u32(e + 0, secs[s].id);
-        put_u32(e + 4, secs[s].crc);
-        put_u64(e + 8, secs[s].offset);
-        put_u64(e + 16, secs[s].length);
-    }
-    encode_header(front, ws.pos, nsec,
-                  zps_crc32c(0, front + HEADER_BYTES, (size_t)ENTRY_BYTES * nsec));
-    if (pwrite_all(fd, front, (size_t)table_end, 0) != 0) {
-        err = errno;
-        goto io_fail;
-    }
-
-    step = "fsync";
-    if (fsync(fd) != 0) {
-        err = errno;
-        goto io_fail;
-    }
-    step = "close";
-    int closed = close(fd);
-    fd = -1;
-    if (closed != 0) {
-        err = errno;
-        goto io_fail;
-    }
-    if (rename(tmp, final) != 0) {
-        say(why, why_size, "rename %s to %s: %s", tmp, final, strerror(errno));
-        rc = ZPS_EIO;
-        goto fail;
-    }
+    int err = ws.err;
     free(ws.buf);
 
-    /* The file is complete under its name; the directory entry must be durable too. */
-    if (sync_dir(dir) != 0) {
-        say(why, why_size,
-            "fsync directory %s: %s (%s is complete but its name may not survive a crash)", dir,
-            strerror(errno), final);
+    if (err == 0) {
+        /* The table, then the header that checksums it, at the front. */
+        uint8_t front[HEADER_BYTES + ENTRY_BYTES * ZPS_CKPT_MAX_SECTIONS];
+        for (uint32_t s = 0; s < nsec; s++) {
+            uint8_t *e = front + HEADER_BYTES + ENTRY_BYTES * s;
+            put_u32(e + 0, secs[s].id);
+            put_u32(e + 4, secs[s].crc);
+            put_u64(e + 8, secs[s].offset);
+            put_u64(e + 16, secs[s].length);
+        }
+        encode_header(front, ws.pos, nsec,
+                      zps_crc32c(0, front + HEADER_BYTES, (size_t)ENTRY_BYTES * nsec));
+        if (pwrite_all(fd, front, (size_t)table_end, 0) != 0)
+            err = errno;
+    }
+    if (err != 0) {
+        say(why, why_size, "write %s: %s", path, strerror(err));
         return ZPS_EIO;
     }
-    if (path_out && path_size > 0)
-        snprintf(path_out, path_size, "%s", final);
     return 0;
-
-io_fail:
-    say(why, why_size, "%s %s: %s", step, tmp, strerror(err));
-    rc = ZPS_EIO;
-fail:
-    if (fd >= 0)
-        close(fd);
-    unlink(tmp);
-    free(ws.buf);
-    return rc;
 }
 
-/* ---- reading ---- */
+/* ---- decoding and verifying ---- */
 
 void zps_ckpt_init(zps_ckpt_t *c)
 {
@@ -1396,200 +1245,4 @@ int zps_ckpt_check_shard(const zps_ckpt_t *c, uint32_t index, uint32_t count, ui
         return ZPS_ERANGE;
     }
     return 0;
-}
-
-/* ---- the files of one shard in a directory ---- */
-
-typedef struct candidate {
-    uint64_t version;
-    char *name;
-} candidate_t;
-
-static int newest_first(const void *a, const void *b)
-{
-    uint64_t va = ((const candidate_t *)a)->version, vb = ((const candidate_t *)b)->version;
-    return va < vb ? 1 : va > vb ? -1 : 0;
-}
-
-static void free_candidates(candidate_t *c, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        free(c[i].name);
-    free(c);
-}
-
-/*
- * Lists shard index/count's checkpoint files in dir, newest first. Returns
- * 0; ZPS_EIO with why when the directory cannot be listed (errno in *err:
- * ENOENT for a missing directory); ZPS_ENOMEM.
- */
-static int list_shard(const char *dir, uint32_t index, uint32_t count, candidate_t **out,
-                      size_t *n_out, int *err, char *why, size_t why_size)
-{
-    *err = 0;
-    DIR *d = opendir(dir);
-    if (d == NULL) {
-        *err = errno;
-        say(why, why_size, "cannot list %s: %s", dir, strerror(errno));
-        return ZPS_EIO;
-    }
-    candidate_t *list = NULL;
-    size_t n = 0, cap = 0;
-    int rc = 0;
-    for (;;) {
-        errno = 0;
-        struct dirent *de = readdir(d);
-        if (de == NULL) {
-            if (errno != 0) {
-                *err = errno;
-                say(why, why_size, "cannot list %s: %s", dir, strerror(errno));
-                rc = ZPS_EIO;
-            }
-            break;
-        }
-        uint64_t v;
-        if (!match_name(de->d_name, index, count, &v))
-            continue;
-        if (n == cap) {
-            size_t ncap = cap ? 2 * cap : 16;
-            candidate_t *p = realloc(list, ncap * sizeof(*p));
-            if (p == NULL) {
-                rc = ZPS_ENOMEM;
-                break;
-            }
-            list = p;
-            cap = ncap;
-        }
-        list[n].version = v;
-        list[n].name = strdup(de->d_name);
-        if (list[n].name == NULL) {
-            rc = ZPS_ENOMEM;
-            break;
-        }
-        n++;
-    }
-    closedir(d);
-    if (rc != 0) {
-        if (rc == ZPS_ENOMEM)
-            say(why, why_size, "out of memory");
-        free_candidates(list, n);
-        return rc;
-    }
-    if (n > 1)
-        qsort(list, n, sizeof(*list), newest_first);
-    *out = list;
-    *n_out = n;
-    return 0;
-}
-
-int zps_ckpt_find_at_most(const char *dir, uint32_t index, uint32_t count, uint64_t max_version,
-                          zps_ckpt_t *out, char *path_out, size_t path_size, char *report,
-                          size_t report_size)
-{
-    if (report && report_size > 0)
-        report[0] = '\0';
-    if (dir == NULL || out == NULL) {
-        report_add(report, report_size, "no directory or no output\n");
-        return ZPS_EINVAL;
-    }
-    char limit[64] = "";
-    if (max_version != UINT64_MAX)
-        snprintf(limit, sizeof(limit), " at version <= %" PRIu64, max_version);
-
-    candidate_t *list = NULL;
-    size_t n = 0;
-    int err = 0;
-    char why[PATH_MAX + 256];
-    int rc = list_shard(dir, index, count, &list, &n, &err, why, sizeof(why));
-    if (rc != 0) {
-        if (err == ENOENT)
-            report_add(report, report_size,
-                       "no checkpoint for shard %" PRIu32 "/%" PRIu32
-                       " in %s (no such directory)\n",
-                       index, count, dir);
-        else
-            report_add(report, report_size, "%s\n", why);
-        return rc;
-    }
-
-    size_t tried = 0;
-    rc = ZPS_EIO;
-    for (size_t i = 0; i < n; i++) {
-        if (list[i].version > max_version)
-            continue;
-        tried++;
-        char path[PATH_MAX];
-        if (join(dir, list[i].name, path, sizeof(path)) != 0) {
-            report_add(report, report_size, "skipped %s: path too long\n", list[i].name);
-            rc = ZPS_ECORRUPT;
-            continue;
-        }
-        zps_ckpt_t c;
-        int r = zps_ckpt_read(path, &c, why, sizeof(why));
-        if (r == ZPS_ENOMEM) {
-            report_add(report, report_size, "%s: out of memory\n", list[i].name);
-            rc = ZPS_ENOMEM;
-            break;
-        }
-        if (r == 0) {
-            /* Readable and intact; it must also be the shard its name says. */
-            if (zps_ckpt_check_shard(&c, index, count, 0, why, sizeof(why)) != 0) {
-                r = ZPS_ECORRUPT;
-            } else if (c.version != list[i].version) {
-                snprintf(why, sizeof(why),
-                         "the file name says version %" PRIu64
-                         ", the checkpoint holds version %" PRIu64,
-                         list[i].version, c.version);
-                r = ZPS_ECORRUPT;
-            }
-            if (r != 0)
-                zps_ckpt_fini(&c);
-        }
-        if (r != 0) {
-            rc = ZPS_ECORRUPT;
-            report_add(report, report_size, "skipped %s: %s\n", list[i].name, why);
-            continue;
-        }
-        *out = c;
-        if (path_out && path_size > 0)
-            snprintf(path_out, path_size, "%s", path);
-        rc = 0;
-        break;
-    }
-    free_candidates(list, n);
-    if (tried == 0)
-        report_add(report, report_size, "no checkpoint for shard %" PRIu32 "/%" PRIu32 "%s in %s\n",
-                   index, count, limit, dir);
-    else if (rc == ZPS_ECORRUPT)
-        report_add(report, report_size,
-                   "no usable checkpoint for shard %" PRIu32 "/%" PRIu32 "%s in %s\n", index, count,
-                   limit, dir);
-    return rc;
-}
-
-int zps_ckpt_find_latest(const char *dir, uint32_t index, uint32_t count, zps_ckpt_t *out,
-                         char *path_out, size_t path_size, char *report, size_t report_size)
-{
-    return zps_ckpt_find_at_most(dir, index, count, UINT64_MAX, out, path_out, path_size, report,
-                                 report_size);
-}
-
-int zps_ckpt_prune(const char *dir, uint32_t index, uint32_t count, unsigned keep)
-{
-    if (dir == NULL || keep == 0)
-        return ZPS_EINVAL;
-    candidate_t *list = NULL;
-    size_t n = 0;
-    int err = 0;
-    int rc = list_shard(dir, index, count, &list, &n, &err, NULL, 0);
-    if (rc != 0)
-        return rc;
-    for (size_t i = keep; i < n; i++) {
-        char path[PATH_MAX];
-        if (join(dir, list[i].name, path, sizeof(path)) != 0 ||
-            (unlink(path) != 0 && errno != ENOENT))
-            rc = ZPS_EIO;
-    }
-    free_candidates(list, n);
-    return rc;
 }
