@@ -12,8 +12,9 @@
 #include "error.h"
 #include "log.h"
 #include "opt_flags.h"
-#include "parse.h"
+#include "straggler_flags.h"
 #include "trainer.h"
+#include "worker_flags.h"
 
 static void usage(FILE *f)
 {
@@ -61,115 +62,66 @@ static void usage(FILE *f)
             "Optimizer (--local only; a cluster uses the servers' flags):\n"
             "%s"
             "\n"
-            "Step time and stragglers (docs/launch.md; every delay is in the metrics):\n"
-            "  --base-step-ms MS      pad each step's compute (data, forward, backward) to MS\n"
-            "                         milliseconds by sleeping (default 0: no padding)\n"
-            "  --slowdown K           every step's work takes K times as long (K >= 1)\n"
-            "  --delay MS             a fixed extra delay of MS milliseconds per step\n"
-            "  --random-delay D:MEAN  a random delay per step: exp:MEAN (exponential) or\n"
-            "                         uniform:MEAN (uniform on [0, 2*MEAN)), milliseconds\n"
-            "  --intermittent K:P     each step's work takes K times as long with\n"
-            "                         probability P\n"
-            "  --pause-at T:MS        pause MS milliseconds once, in the step of clock T\n"
-            "  --straggler-ranks SET  ranks the straggler flags apply to: all (default), or\n"
-            "                         a list such as 3 or 0,2-3 (the padding applies to all)\n"
-            "  --straggler-seed S     seed of the random delays (default: --seed)\n"
-            "  --no-final-wait        worker 0 under SSP/ASP: evaluate at once after its last\n"
-            "                         clock instead of waiting for the others' last pushes\n"
-            "\n"
-            "Reporting:\n"
-            "  --eval-every K         worker 0 (or the evaluator) evaluates the test set\n"
-            "                         every K clocks\n"
-            "                         (default 0: only at the end)\n"
-            "  --metrics FILE         write JSON lines (run, step, eval records) to FILE\n"
-            "  --save-params FILE     the evaluating process (worker 0, the evaluator or\n"
-            "                         --local): write the final parameters to\n"
-            "                         FILE as raw little-endian float32\n"
-            "  --no-progress          no progress line on stderr\n"
-            "  --progress-every S     seconds between progress lines when stderr is not a\n"
-            "                         terminal (default 10)\n"
-            "  --log-level LEVEL      debug, info, warn, error (default info)\n"
-            "  --help                 this text\n",
+            "Step time and stragglers (docs/launch.md; every delay is in the metrics):\n",
             zps_opt_flags_usage);
+    zps_straggler_flags_usage(f);
+    fputs("  --no-final-wait        worker 0 under SSP/ASP: evaluate at once after its last\n"
+          "                         clock instead of waiting for the others' last pushes\n"
+          "\n"
+          "Reporting:\n"
+          "  --eval-every K         worker 0 (or the evaluator) evaluates the test set\n"
+          "                         every K clocks\n"
+          "                         (default 0: only at the end)\n"
+          "  --metrics FILE         write JSON lines (run, step, eval records) to FILE\n"
+          "  --save-params FILE     the evaluating process (worker 0, the evaluator or\n"
+          "                         --local): write the final parameters to\n"
+          "                         FILE as raw little-endian float32\n"
+          "  --no-progress          no progress line on stderr\n"
+          "  --progress-every S     seconds between progress lines when stderr is not a\n"
+          "                         terminal (default 10)\n"
+          "  --log-level LEVEL      debug, info, warn, error (default info)\n"
+          "  --help                 this text\n",
+          f);
 }
 
-enum {
-    OPT_SERVERS = 256,
-    OPT_RANK,
-    OPT_WORKERS,
-    OPT_TIMEOUT,
-    OPT_WAIT_LOG,
-    OPT_INIT_ONLY,
-    OPT_LOCAL,
-    OPT_EVALUATOR,
-    OPT_NO_EVAL,
-    OPT_MODEL,
-    OPT_DATA,
-    OPT_DATA_DIR,
-    OPT_BATCH,
-    OPT_EPOCHS,
-    OPT_CLOCKS,
-    OPT_SEED,
-    OPT_BACKEND,
-    OPT_DEVICE,
-    OPT_BLAS_THREADS,
-    OPT_BASE_STEP,
-    OPT_SLOWDOWN,
-    OPT_DELAY,
-    OPT_RANDOM_DELAY,
-    OPT_INTERMITTENT,
-    OPT_PAUSE_AT,
-    OPT_STRAGGLER_RANKS,
-    OPT_STRAGGLER_SEED,
-    OPT_NO_FINAL_WAIT,
-    OPT_EVAL_EVERY,
-    OPT_METRICS,
-    OPT_SAVE_PARAMS,
-    OPT_NO_PROGRESS,
-    OPT_PROGRESS_EVERY,
-    OPT_LOG_LEVEL,
-    OPT_HELP,
-};
+/*
+ * zps-worker's getopt_long table: its own flags section by section, the
+ * optimizer's after the training flags and the straggler flags before the
+ * step flags, as in the usage. Every name comes from the tables that define
+ * the flags (worker_flags.h, opt_flags.h, straggler_flags.h).
+ */
+static const struct option optimizer_options[] = {ZPS_OPT_FLAG_OPTIONS};
+#define N_OPTIMIZER (sizeof(optimizer_options) / sizeof(optimizer_options[0]))
+#define N_OPTIONS (ZPS_WORKER_FLAG_COUNT + N_OPTIMIZER + ZPS_STRAGGLER_FLAG_COUNT + 1)
 
-static const struct option options[] = {
-    {"servers", required_argument, NULL, OPT_SERVERS},
-    {"rank", required_argument, NULL, OPT_RANK},
-    {"workers", required_argument, NULL, OPT_WORKERS},
-    {"timeout", required_argument, NULL, OPT_TIMEOUT},
-    {"wait-log-ms", required_argument, NULL, OPT_WAIT_LOG},
-    {"init-only", no_argument, NULL, OPT_INIT_ONLY},
-    {"local", no_argument, NULL, OPT_LOCAL},
-    {"evaluator", no_argument, NULL, OPT_EVALUATOR},
-    {"no-eval", no_argument, NULL, OPT_NO_EVAL},
-    {"model", required_argument, NULL, OPT_MODEL},
-    {"data", required_argument, NULL, OPT_DATA},
-    {"data-dir", required_argument, NULL, OPT_DATA_DIR},
-    {"batch", required_argument, NULL, OPT_BATCH},
-    {"epochs", required_argument, NULL, OPT_EPOCHS},
-    {"clocks", required_argument, NULL, OPT_CLOCKS},
-    {"seed", required_argument, NULL, OPT_SEED},
-    {"backend", required_argument, NULL, OPT_BACKEND},
-    {"device", required_argument, NULL, OPT_DEVICE},
-    {"blas-threads", required_argument, NULL, OPT_BLAS_THREADS},
-    ZPS_OPT_FLAG_OPTIONS,
-    {"base-step-ms", required_argument, NULL, OPT_BASE_STEP},
-    {"slowdown", required_argument, NULL, OPT_SLOWDOWN},
-    {"delay", required_argument, NULL, OPT_DELAY},
-    {"random-delay", required_argument, NULL, OPT_RANDOM_DELAY},
-    {"intermittent", required_argument, NULL, OPT_INTERMITTENT},
-    {"pause-at", required_argument, NULL, OPT_PAUSE_AT},
-    {"straggler-ranks", required_argument, NULL, OPT_STRAGGLER_RANKS},
-    {"straggler-seed", required_argument, NULL, OPT_STRAGGLER_SEED},
-    {"no-final-wait", no_argument, NULL, OPT_NO_FINAL_WAIT},
-    {"eval-every", required_argument, NULL, OPT_EVAL_EVERY},
-    {"metrics", required_argument, NULL, OPT_METRICS},
-    {"save-params", required_argument, NULL, OPT_SAVE_PARAMS},
-    {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
-    {"progress-every", required_argument, NULL, OPT_PROGRESS_EVERY},
-    {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
-    {"help", no_argument, NULL, OPT_HELP},
-    {NULL, 0, NULL, 0},
-};
+static size_t add_section(struct option *out, size_t n, zps_worker_flag_section_t section)
+{
+    for (size_t i = 0; i < ZPS_WORKER_FLAG_COUNT; i++) {
+        const zps_worker_flag_t *f = &zps_worker_flag_table[i];
+        if (f->section != section)
+            continue;
+        out[n].name = f->name;
+        out[n].has_arg = zps_worker_flag_has_value(f) ? required_argument : no_argument;
+        out[n].flag = NULL;
+        out[n].val = ZPS_WORKER_FLAG_FIRST + (int)f->id;
+        n++;
+    }
+    return n;
+}
+
+/* Fills options[N_OPTIONS], the last entry all zeros. */
+static void build_options(struct option *options)
+{
+    size_t n = add_section(options, 0, ZPS_WORKER_SECTION_CLUSTER);
+    n = add_section(options, n, ZPS_WORKER_SECTION_TRAINING);
+    memcpy(options + n, optimizer_options, sizeof(optimizer_options));
+    n += N_OPTIMIZER;
+    zps_straggler_flags_getopt(options + n);
+    n += ZPS_STRAGGLER_FLAG_COUNT;
+    n = add_section(options, n, ZPS_WORKER_SECTION_STEP);
+    n = add_section(options, n, ZPS_WORKER_SECTION_REPORTING);
+    memset(&options[n], 0, sizeof(options[n]));
+}
 
 /* A bad command line: the reason, then the usage, on stderr; exit status 2. */
 static int bad_usage(const char *why)
@@ -180,20 +132,6 @@ static int bad_usage(const char *why)
     return 2;
 }
 
-static int bad_flag(const char *flag, const char *value, const char *expect)
-{
-    char why[512];
-    snprintf(why, sizeof(why), "invalid %s '%s': expected %s", flag, value ? value : "", expect);
-    return bad_usage(why);
-}
-
-/* Leaves the option loop through `out`, so the server list is freed. */
-#define BAD_FLAG(flag, value, expect)                                                              \
-    do {                                                                                           \
-        rc = bad_flag(flag, value, expect);                                                        \
-        goto out;                                                                                  \
-    } while (0)
-
 int main(int argc, char **argv)
 {
     int rc = 2;
@@ -203,12 +141,12 @@ int main(int argc, char **argv)
     bool have_epochs = false, have_clocks = false;
     zps_opt_flags_t optf;
     zps_opt_flags_init(&optf);
+    zps_straggler_flags_t stf;
+    zps_straggler_flags_init(&stf);
     char why[256];
-    bool have_servers = false, have_straggler_seed = false;
-    zps_straggler_config_t *sc = &cfg.straggler;
-    long l;
-    uint64_t u;
-    double d;
+    bool have_servers = false;
+    struct option options[N_OPTIONS];
+    build_options(options);
 
     int c;
     while ((c = getopt_long(argc, argv, "", options, NULL)) != -1) {
@@ -221,164 +159,117 @@ int main(int argc, char **argv)
             }
             continue;
         }
-        switch (c) {
-        case OPT_SERVERS:
-            free(servers);
-            servers = NULL;
-            if (zps_parse_list(a, &servers, &cfg.server_count))
-                BAD_FLAG("--servers", a, "comma-separated endpoints");
-            cfg.servers = (const char *const *)servers;
-            have_servers = true;
-            break;
-        case OPT_RANK:
-            if (zps_parse_long(a, 0, 65535, &l))
-                BAD_FLAG("--rank", a, "an integer in [0, 65535]");
-            cfg.rank = (uint32_t)l;
-            break;
-        case OPT_WORKERS:
-            if (zps_parse_long(a, 1, 65536, &l))
-                BAD_FLAG("--workers", a, "an integer in [1, 65536]");
-            cfg.workers = (uint32_t)l;
-            break;
-        case OPT_TIMEOUT:
-            if (zps_parse_long(a, -1, 86400000, &l) || l == 0)
-                BAD_FLAG("--timeout", a, "milliseconds >= 1, or -1 to wait forever");
-            cfg.timeout_ms = (int)l;
-            break;
-        case OPT_WAIT_LOG:
-            if (zps_parse_long(a, 0, 86400000, &l))
-                BAD_FLAG("--wait-log-ms", a, "milliseconds >= 0 (0: never)");
-            cfg.wait_log_ms = (int)l;
-            break;
-        case OPT_INIT_ONLY:
-            cfg.init_only = true;
-            break;
-        case OPT_LOCAL:
-            cfg.local = true;
-            break;
-        case OPT_EVALUATOR:
-            cfg.evaluator = true;
-            break;
-        case OPT_NO_EVAL:
-            cfg.evaluate = false;
-            break;
-        case OPT_MODEL:
-            cfg.model = a;
-            break;
-        case OPT_DATA:
-            cfg.data = a;
-            break;
-        case OPT_DATA_DIR:
-            cfg.data_dir = a;
-            break;
-        case OPT_BATCH:
-            if (zps_parse_long(a, 1, 1 << 20, &l))
-                BAD_FLAG("--batch", a, "an integer in [1, 1048576]");
-            cfg.batch = (uint32_t)l;
-            break;
-        case OPT_EPOCHS:
-            if (zps_parse_u64(a, &u) || u == 0 || u > 1000000)
-                BAD_FLAG("--epochs", a, "an integer in [1, 1000000]");
-            cfg.epochs = u;
-            have_epochs = true;
-            break;
-        case OPT_CLOCKS:
-            if (zps_parse_u64(a, &u) || u == 0)
-                BAD_FLAG("--clocks", a, "a positive integer");
-            cfg.clocks = u;
-            have_clocks = true;
-            break;
-        case OPT_SEED:
-            if (zps_parse_u64(a, &u))
-                BAD_FLAG("--seed", a, "a non-negative integer");
-            cfg.seed = u;
-            break;
-        case OPT_BACKEND:
-            if (strcmp(a, "cpu") != 0 && strcmp(a, "cuda") != 0 && strcmp(a, "auto") != 0)
-                BAD_FLAG("--backend", a, "cpu, cuda or auto");
-            cfg.backend = a;
-            break;
-        case OPT_DEVICE:
-            if (zps_parse_long(a, 0, 1024, &l))
-                BAD_FLAG("--device", a, "a device index");
-            cfg.device = (int)l;
-            break;
-        case OPT_BLAS_THREADS:
-            if (zps_parse_long(a, 1, 1024, &l))
-                BAD_FLAG("--blas-threads", a, "an integer in [1, 1024]");
-            cfg.blas_threads = (int)l;
-            break;
-        case OPT_BASE_STEP:
-            if (zps_parse_double(a, &sc->base_step_ms))
-                BAD_FLAG("--base-step-ms", a, "milliseconds");
-            break;
-        case OPT_SLOWDOWN:
-            if (zps_parse_double(a, &sc->slowdown))
-                BAD_FLAG("--slowdown", a, "a factor K >= 1");
-            break;
-        case OPT_DELAY:
-            if (zps_parse_double(a, &sc->fixed_ms))
-                BAD_FLAG("--delay", a, "milliseconds");
-            break;
-        case OPT_RANDOM_DELAY:
-            if (zps_straggler_parse_random(a, &sc->dist, &sc->mean_ms))
-                BAD_FLAG("--random-delay", a, "exp:MEAN or uniform:MEAN (milliseconds)");
-            break;
-        case OPT_INTERMITTENT:
-            if (zps_straggler_parse_intermittent(a, &sc->intermittent_k, &sc->intermittent_p))
-                BAD_FLAG("--intermittent", a, "K:P, a factor and a probability, e.g. 4:0.1");
-            break;
-        case OPT_PAUSE_AT:
-            if (zps_straggler_parse_pause(a, &sc->pause_clock, &sc->pause_ms))
-                BAD_FLAG("--pause-at", a, "T:MS, a clock and milliseconds, e.g. 100:2000");
-            sc->pause = true;
-            break;
-        case OPT_STRAGGLER_RANKS:
-            if (zps_straggler_parse_ranks(a, &sc->ranks))
-                BAD_FLAG("--straggler-ranks", a, "all, or ranks and ranges such as 0,2-3");
-            break;
-        case OPT_STRAGGLER_SEED:
-            if (zps_parse_u64(a, &sc->seed))
-                BAD_FLAG("--straggler-seed", a, "a non-negative integer");
-            have_straggler_seed = true;
-            break;
-        case OPT_NO_FINAL_WAIT:
-            cfg.final_wait = false;
-            break;
-        case OPT_EVAL_EVERY:
-            if (zps_parse_u64(a, &u))
-                BAD_FLAG("--eval-every", a, "a non-negative integer");
-            cfg.eval_every = u;
-            break;
-        case OPT_METRICS:
-            cfg.metrics_path = a;
-            break;
-        case OPT_SAVE_PARAMS:
-            cfg.save_params = a;
-            break;
-        case OPT_NO_PROGRESS:
-            cfg.progress = false;
-            break;
-        case OPT_PROGRESS_EVERY:
-            if (zps_parse_double(a, &d) || !(d > 0))
-                BAD_FLAG("--progress-every", a, "seconds > 0");
-            cfg.progress_interval_s = d;
-            break;
-        case OPT_LOG_LEVEL: {
-            enum zps_log_level lv;
-            if (zps_log_parse_level(a, &lv))
-                BAD_FLAG("--log-level", a, "debug, info, warn or error");
-            zps_log_set_level(lv);
-            break;
+        /* The step-time and straggler flags, shared with zps launch. */
+        const zps_straggler_flag_t *sf = zps_straggler_flag_of_code(c);
+        if (sf) {
+            if (zps_straggler_flag_apply(&stf, sf, a, why, sizeof(why)) != 0) {
+                rc = bad_usage(why);
+                goto out;
+            }
+            continue;
         }
-        case OPT_HELP:
-            usage(stdout);
-            rc = 0;
-            goto out;
-        default:
+        if (c < ZPS_WORKER_FLAG_FIRST || c >= ZPS_WORKER_FLAG_FIRST + ZPS_WORKER_FLAG_COUNT) {
             /* getopt_long has named the bad flag already. */
             rc = bad_usage(NULL);
             goto out;
+        }
+        zps_worker_value_t v;
+        if (zps_worker_flag_read(&zps_worker_flag_table[c - ZPS_WORKER_FLAG_FIRST], a, &v, why,
+                                 sizeof(why)) != 0) {
+            rc = bad_usage(why);
+            goto out;
+        }
+        switch ((zps_worker_flag_id_t)(c - ZPS_WORKER_FLAG_FIRST)) {
+        case ZPS_WORKER_FLAG_SERVERS:
+            free(servers);
+            servers = v.list;
+            cfg.servers = (const char *const *)servers;
+            cfg.server_count = v.count;
+            have_servers = true;
+            break;
+        case ZPS_WORKER_FLAG_RANK:
+            cfg.rank = (uint32_t)v.l;
+            break;
+        case ZPS_WORKER_FLAG_WORKERS:
+            cfg.workers = (uint32_t)v.l;
+            break;
+        case ZPS_WORKER_FLAG_TIMEOUT:
+            cfg.timeout_ms = (int)v.l;
+            break;
+        case ZPS_WORKER_FLAG_WAIT_LOG:
+            cfg.wait_log_ms = (int)v.l;
+            break;
+        case ZPS_WORKER_FLAG_INIT_ONLY:
+            cfg.init_only = true;
+            break;
+        case ZPS_WORKER_FLAG_LOCAL:
+            cfg.local = true;
+            break;
+        case ZPS_WORKER_FLAG_EVALUATOR:
+            cfg.evaluator = true;
+            break;
+        case ZPS_WORKER_FLAG_NO_EVAL:
+            cfg.evaluate = false;
+            break;
+        case ZPS_WORKER_FLAG_MODEL:
+            cfg.model = a;
+            break;
+        case ZPS_WORKER_FLAG_DATA:
+            cfg.data = a;
+            break;
+        case ZPS_WORKER_FLAG_DATA_DIR:
+            cfg.data_dir = a;
+            break;
+        case ZPS_WORKER_FLAG_BATCH:
+            cfg.batch = (uint32_t)v.l;
+            break;
+        case ZPS_WORKER_FLAG_EPOCHS:
+            cfg.epochs = v.u;
+            have_epochs = true;
+            break;
+        case ZPS_WORKER_FLAG_CLOCKS:
+            cfg.clocks = v.u;
+            have_clocks = true;
+            break;
+        case ZPS_WORKER_FLAG_SEED:
+            cfg.seed = v.u;
+            break;
+        case ZPS_WORKER_FLAG_BACKEND:
+            cfg.backend = a;
+            break;
+        case ZPS_WORKER_FLAG_DEVICE:
+            cfg.device = (int)v.l;
+            break;
+        case ZPS_WORKER_FLAG_BLAS_THREADS:
+            cfg.blas_threads = (int)v.l;
+            break;
+        case ZPS_WORKER_FLAG_NO_FINAL_WAIT:
+            cfg.final_wait = false;
+            break;
+        case ZPS_WORKER_FLAG_EVAL_EVERY:
+            cfg.eval_every = v.u;
+            break;
+        case ZPS_WORKER_FLAG_METRICS:
+            cfg.metrics_path = a;
+            break;
+        case ZPS_WORKER_FLAG_SAVE_PARAMS:
+            cfg.save_params = a;
+            break;
+        case ZPS_WORKER_FLAG_NO_PROGRESS:
+            cfg.progress = false;
+            break;
+        case ZPS_WORKER_FLAG_PROGRESS_EVERY:
+            cfg.progress_interval_s = v.d;
+            break;
+        case ZPS_WORKER_FLAG_LOG_LEVEL:
+            zps_log_set_level(v.level);
+            break;
+        case ZPS_WORKER_FLAG_HELP:
+            usage(stdout);
+            rc = 0;
+            goto out;
+        case ZPS_WORKER_FLAG_COUNT:
+            break;
         }
     }
     if (optind < argc) {
@@ -417,12 +308,12 @@ int main(int argc, char **argv)
         goto out;
     }
     cfg.opt = optf.cfg;
-    if (!have_straggler_seed)
-        sc->seed = cfg.seed;
-    if (zps_straggler_check(sc, why, sizeof(why)) != 0) {
+    if (zps_straggler_flags_finish(&stf, cfg.seed, why, sizeof(why)) != 0) {
         rc = bad_usage(why);
         goto out;
     }
+    cfg.straggler = stf.cfg;
+    const zps_straggler_config_t *sc = &cfg.straggler;
 
     char tag[32];
     if (cfg.local)
