@@ -5,7 +5,11 @@
  * Folds long buffers with AVX-512 carry-less multiplication where the CPU has
  * it, uses the SSE4.2 crc32 instruction on three interleaved streams
  * otherwise, and a slice-by-8 table where neither exists. All give the same
- * values. Thread-safe; no set-up call needed.
+ * values. Thread-safe; no set-up call needed. None of these blocks or
+ * allocates.
+ *
+ * Not here: which bytes a message or a checkpoint checksums (common/wire.h,
+ * checkpoint/checkpoint.h, docs/protocol.md, docs/checkpoint.md).
  */
 #ifndef ZPS_CHECKSUM_H
 #define ZPS_CHECKSUM_H

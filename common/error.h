@@ -4,7 +4,12 @@
  * Functions that can fail return 0 on success or one of the negative ZPS_E*
  * codes below. The same codes travel on the wire in the `status` field of an
  * ERROR reply, so their values are part of the protocol: append new codes at
- * the end, never renumber.
+ * the end, never renumber. Everything here is pure and may be used from
+ * any thread.
+ *
+ * Not here: logging an error (log.h); what a remote error means to a client
+ * (client/client.h, zps_client_last_error); the codes' meanings on the wire
+ * (docs/protocol.md).
  */
 #ifndef ZPS_ERROR_H
 #define ZPS_ERROR_H
@@ -41,7 +46,7 @@
     X(ZPS_EDATA, -24, "bad data file")                                                             \
     X(ZPS_ENODEV, -25, "no usable device")                                                         \
     X(ZPS_EAGAIN, -26, "nothing ready; try again")                                                 \
-    X(ZPS_EINITED, -27, "model already initialised with other values")                            \
+    X(ZPS_EINITED, -27, "model already initialised with other values")                             \
     X(ZPS_EUNREACHABLE, -28, "no connection to the server")
 
 enum zps_error {

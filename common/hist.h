@@ -25,8 +25,10 @@ typedef struct zps_vhist {
     uint64_t sum;
 } zps_vhist_t;
 
+/* Counts one sample. Never allocates or fails. */
 void zps_vhist_add(zps_vhist_t *h, uint64_t value);
-/* The smallest value v such that at least q of the samples are <= v (0 when empty). */
+/* The sample of rank max(1, floor(q * n)) in sorted order (0 when empty); a
+ * rank beyond the exact buckets gives the maximum. */
 uint64_t zps_vhist_quantile(const zps_vhist_t *h, double q);
 /* Appends {"count":..,"max":..,"mean":..,"p50":..,"p99":..,"histogram":{"0":n,...}}. */
 void zps_vhist_json(const zps_vhist_t *h, zps_strbuf_t *b);
@@ -41,8 +43,10 @@ typedef struct zps_thist {
     uint64_t sum_ns;
 } zps_thist_t;
 
+/* Counts one duration. Never allocates or fails. */
 void zps_thist_add(zps_thist_t *h, uint64_t ns);
-/* An upper bound, within one sub-bucket, of the q-quantile; exact max for q = 1. */
+/* The top of the bucket that holds the sample of rank max(1, floor(q * n)),
+ * capped at the maximum: at most 1/16 above it. Exact max for q = 1; 0 when empty. */
 uint64_t zps_thist_quantile(const zps_thist_t *h, double q);
 /* Appends {"count":..,"mean_ms":..,"p50_ms":..,"p99_ms":..,"max_ms":..}. */
 void zps_thist_json(const zps_thist_t *h, zps_strbuf_t *b);

@@ -10,6 +10,11 @@
  *
  * A tree is owned by the caller of zps_json_parse and released with
  * zps_json_free. Not thread-safe per tree; distinct trees are independent.
+ * Nothing here blocks. The accessors return pointers into the tree, valid
+ * until zps_json_free.
+ *
+ * Not here: writing JSON (strbuf.h, zps_strbuf_json_string); what the
+ * documents mean (worker/metrics.h, tool/runstats.h, server/).
  */
 #ifndef ZPS_JSON_H
 #define ZPS_JSON_H
@@ -39,8 +44,9 @@ struct zps_json {
 
 /*
  * Parses one JSON document (surrounding white space allowed). Returns 0 and
- * *out (caller frees with zps_json_free), ZPS_EINVAL with a reason in err
- * (may be NULL), or ZPS_ENOMEM.
+ * *out (caller frees with zps_json_free), ZPS_EINVAL with a reason and its
+ * byte offset in err ("expected ':' at offset 5"; err may be NULL), or
+ * ZPS_ENOMEM. *out is written only on success; `text` is only read.
  */
 int zps_json_parse(const char *text, zps_json_t **out, char *err, size_t err_size);
 void zps_json_free(zps_json_t *v); /* NULL is a no-op */

@@ -7,7 +7,11 @@
  * Not a metrics stream: numbers meant for machines go to JSON, not here.
  * The level and tag are process-wide; set them once at start-up from the
  * main thread. zps_log itself may be called from any thread (one fprintf
- * per record, so records do not interleave).
+ * per record, so records do not interleave). zps_log blocks only as long
+ * as writing to stderr does; it is not for signal handlers.
+ *
+ * Not here: the metrics stream and the progress line (worker/metrics.h);
+ * the servers' statistics (STATS, server/).
  */
 #ifndef ZPS_LOG_H
 #define ZPS_LOG_H
@@ -20,14 +24,15 @@ enum zps_log_level {
     ZPS_LOG_OFF = 4,
 };
 
+/* Records below `level` are dropped. Main thread, at start-up. */
 void zps_log_set_level(enum zps_log_level level);
 /* Parses "debug", "info", "warn", "error" or "off"; returns 0 or ZPS_EINVAL. */
 int zps_log_parse_level(const char *name, enum zps_log_level *out);
-/* `tag` is copied (at most 63 bytes). */
+/* `tag` is copied (at most 63 bytes). Main thread, at start-up. */
 void zps_log_set_tag(const char *tag);
 
-void zps_log(enum zps_log_level level, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+/* Writes one record at `level` if the level lets it through. Any thread. */
+void zps_log(enum zps_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #define zps_debug(...) zps_log(ZPS_LOG_DEBUG, __VA_ARGS__)
 #define zps_info(...) zps_log(ZPS_LOG_INFO, __VA_ARGS__)

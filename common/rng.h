@@ -7,7 +7,10 @@
  * pure function of its --seed on every machine. Not for cryptography.
  *
  * A zps_rng_t is plain state owned by the caller; it is not thread-safe, use
- * one per thread.
+ * one per thread. Nothing here allocates, blocks or fails.
+ *
+ * Not here: what is drawn from it -- the data order (worker/data.h),
+ * initialisation (worker/model.h), straggler delays (worker/straggler.h).
  */
 #ifndef ZPS_RNG_H
 #define ZPS_RNG_H

@@ -5,7 +5,10 @@
  * contiguous range [floor(i*N/S), floor((i+1)*N/S)). Servers and clients both
  * call this one function, so they cannot disagree about it. When N < S some
  * shards own an empty range; that is legal and such a shard still takes part
- * in every clock.
+ * in every clock. Pure functions; any thread.
+ *
+ * Not here: splitting and assembling vectors by range (client/client.c);
+ * holding a shard's values (server/); a shard's checkpoint (checkpoint/).
  */
 #ifndef ZPS_SHARD_H
 #define ZPS_SHARD_H

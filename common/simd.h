@@ -8,6 +8,9 @@
  * Only for loops whose result cannot depend on the width: element-wise IEEE
  * operations (each correctly rounded, never contracted: the build has
  * -ffp-contract=off) and bit tests. Elsewhere the macros are empty.
+ *
+ * Not here: the loops themselves (optimizer/, common/wire.c,
+ * common/checksum.c, which picks its kernel at run time on its own).
  */
 #ifndef ZPS_SIMD_H
 #define ZPS_SIMD_H

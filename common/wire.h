@@ -10,7 +10,13 @@
  * each failure with its own code. Semantic checks (ranges, clocks, finite
  * values) belong to the server.
  *
- * Not thread-safe per socket, like ZeroMQ sockets themselves.
+ * Not thread-safe per socket, like ZeroMQ sockets themselves. Receives and
+ * sends block only when called without ZMQ_DONTWAIT.
+ *
+ * Not here: what a request means and the answer to it (server/,
+ * docs/protocol.md); resending, timeouts and assembling shards' replies
+ * (client/client.h, whose API carries none of these types); the checksum
+ * itself (checksum.h).
  */
 #ifndef ZPS_WIRE_H
 #define ZPS_WIRE_H

@@ -1,6 +1,10 @@
 /*
  * ckpt_inspect.h - `zps checkpoint inspect FILE`: a shard checkpoint, verified
  * part by part and printed for people.
+ *
+ * Not here: the file format and its verification (checkpoint/checkpoint.h,
+ * zps_ckpt_verify); asking running servers for a checkpoint (`zps
+ * checkpoint`, tool/zps.c and client/client.h).
  */
 #ifndef ZPS_CKPT_INSPECT_H
 #define ZPS_CKPT_INSPECT_H

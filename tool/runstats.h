@@ -24,7 +24,13 @@
  *                    (p50, p99, max, mean); the SSP bound s caps it at s
  *   pushes_dropped   steps whose push came back dropped (worker side)
  *
- * Not thread-safe: one owner.
+ * Not thread-safe: one owner. Nothing blocks but zps_runstats_write_tables
+ * (file I/O). Lines and STATS replies are parsed when added; the caller
+ * keeps ownership of the strings it passes.
+ *
+ * Not here: starting processes and reading their files (tool/launch.c);
+ * writing the metrics lines (worker/metrics.h) and the STATS replies
+ * (server/); the histogram arithmetic (common/hist.h).
  */
 #ifndef ZPS_RUNSTATS_H
 #define ZPS_RUNSTATS_H
@@ -35,7 +41,8 @@
 
 typedef struct zps_runstats zps_runstats_t;
 
-/* Returns 0, ZPS_EINVAL (0 workers or servers) or ZPS_ENOMEM. */
+/* A run of `workers` workers and `servers` shards, nothing seen yet. Returns 0,
+ * ZPS_EINVAL (0 workers or servers) or ZPS_ENOMEM; *out written only on success. */
 int zps_runstats_new(uint32_t workers, uint32_t servers, zps_runstats_t **out);
 void zps_runstats_free(zps_runstats_t *rs); /* NULL is a no-op */
 
@@ -72,6 +79,7 @@ typedef struct zps_runstats_live {
     double seconds;         /* since training start (0 before) */
 } zps_runstats_live_t;
 
+/* Fills *out from what has been added so far. Never fails. */
 void zps_runstats_live(const zps_runstats_t *rs, double now, zps_runstats_live_t *out);
 
 /* What the launcher knows that the metrics do not. */
@@ -90,7 +98,8 @@ typedef struct zps_run_info {
     size_t server_arg_count;
 } zps_run_info_t;
 
-/* summary.json's text (one object, pretty enough to read); malloc'd, NULL on ENOMEM. */
+/* summary.json's text (one object, pretty enough to read); malloc'd (caller
+ * frees), NULL on ENOMEM. `info` is only read. */
 char *zps_runstats_summary(const zps_runstats_t *rs, const zps_run_info_t *info);
 
 /* Headline figures, for the launcher's last line. NaN where unknown. */
@@ -106,8 +115,7 @@ void zps_runstats_result(const zps_runstats_t *rs, zps_runstats_result_t *out);
  * The first evaluation whose test accuracy reached `target`: true with the
  * seconds from the training start to its model and its clock; false if none.
  */
-bool zps_runstats_target(const zps_runstats_t *rs, double target, double *seconds,
-                         uint64_t *clock);
+bool zps_runstats_target(const zps_runstats_t *rs, double target, double *seconds, uint64_t *clock);
 
 /*
  * Writes the tables into `dir` (tab-separated, a '#' header line each):
@@ -122,7 +130,8 @@ bool zps_runstats_target(const zps_runstats_t *rs, double target, double *second
  *                  update_staleness_p50 update_staleness_p99 update_staleness_max
  *                  pushes_dropped, then
  *                  seconds_to_<target> per target; "NA" where unknown
- * Returns 0 or ZPS_EIO.
+ * Returns 0 or ZPS_EIO (a table that could not be written; the others are
+ * still tried). Blocks on the file system.
  */
 int zps_runstats_write_tables(const zps_runstats_t *rs, const zps_run_info_t *info,
                               const char *dir);

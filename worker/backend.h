@@ -18,6 +18,11 @@
  *
  * Threading: a backend is used by one thread at a time. Every call blocks
  * until its results are in host memory.
+ *
+ * Not here: the model's layout and initialisation (model.h); the data sets
+ * and their order (data.h); the optimizer, which runs on the servers or in
+ * --local mode (optimizer/); finding and loading a module file
+ * (backend_module.h).
  */
 #ifndef ZPS_BACKEND_H
 #define ZPS_BACKEND_H
@@ -80,9 +85,10 @@ int zps_backend_new(const char *name, const zps_model_t *m, const zps_backend_op
                     zps_backend_t **out, char *err, size_t err_size);
 void zps_backend_free(zps_backend_t *be); /* NULL is a no-op */
 
-/* "cpu" or "cuda". */
+/* "cpu" or "cuda": a static string. */
 const char *zps_backend_name(const zps_backend_t *be);
-/* A one-line description for logs ("cpu: OpenBLAS 0.3.21, 1 thread"). */
+/* A one-line description for logs ("cpu: OpenBLAS 0.3.21, 1 thread"), owned
+ * by the backend and valid until zps_backend_free. */
 const char *zps_backend_describe(const zps_backend_t *be);
 
 /*

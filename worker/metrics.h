@@ -12,7 +12,12 @@
  * seconds since the trainer started. Numbers are printed with enough digits
  * to read back what was computed; NaN (accuracy of a regression) is null.
  *
- * Not thread-safe; one writer per process.
+ * Not thread-safe; one writer per process. Every record is written and
+ * flushed before its call returns, so the calls block on the file system.
+ *
+ * Not here: what the numbers are measured from (worker/trainer.c); reading
+ * the lines back into a run's figures (tool/runstats.h); log records
+ * (common/log.h).
  */
 #ifndef ZPS_METRICS_H
 #define ZPS_METRICS_H
@@ -75,10 +80,13 @@ typedef struct zps_metrics zps_metrics_t;
  * text in err) or ZPS_ENOMEM; *out written only on success.
  */
 int zps_metrics_open(const char *path, zps_metrics_t **out, char *err, size_t err_size);
-/* Flushes and closes; returns 0 or ZPS_EIO if anything failed to be written. NULL: 0. */
+/* Flushes, closes and frees; returns 0 or ZPS_EIO if anything failed to be
+ * written. NULL: 0. */
 int zps_metrics_close(zps_metrics_t *m);
 
-/* Each writes one line and returns 0 or ZPS_EIO. `m` may be NULL (then they do nothing). */
+/* Each writes one line, flushed, and returns 0, ZPS_EIO (this or an earlier
+ * write failed) or ZPS_ENOMEM. The record is only read. `m` may be NULL (then
+ * they do nothing and return 0). */
 int zps_metrics_step(zps_metrics_t *m, const zps_step_record_t *r);
 int zps_metrics_eval(zps_metrics_t *m, const zps_eval_record_t *r);
 /* `json` is one complete JSON object without the newline. */
@@ -99,9 +107,11 @@ typedef struct zps_progress {
     uint64_t last_ns;
 } zps_progress_t;
 
+/* Fills *p for stream f (not owned); whether f is a terminal is asked once, here. */
 void zps_progress_init(zps_progress_t *p, FILE *f, bool enabled, double interval_s);
 /* Shows `line` if it is time to (or `force`); returns whether it did. */
 bool zps_progress_show(zps_progress_t *p, const char *line, bool force);
+/* Ends a line drawn in place with a newline; does nothing otherwise. */
 void zps_progress_break(zps_progress_t *p);
 
 #endif

@@ -22,8 +22,9 @@
  * one optimizer step. A BSP cluster of W workers with batch b therefore
  * computes bit for bit what --local --workers W with batch b computes.
  *
- * Not here: flag parsing (worker_main.c), the arithmetic (backend.h), the
- * data order rule (data.h), the wire protocol (client.h).
+ * Not here: flag parsing (worker_flags.h, worker_main.c), the arithmetic
+ * (backend.h), the data order rule (data.h), the wire protocol and the
+ * servers' replies (client.h), the metrics lines (metrics.h).
  */
 #ifndef ZPS_TRAINER_H
 #define ZPS_TRAINER_H
