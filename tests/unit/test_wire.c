@@ -1,7 +1,8 @@
 /*
  * test_wire.c - message framing over an inproc DEALER/ROUTER pair: every
  * header field and the payload survive a round trip, zero-copy payloads are
- * released, and each way a message can be wrong gets its own code.
+ * released, each way a message can be wrong gets its own code, and a
+ * payload checksum deferred to the copy is still checked.
  * Malformed messages are built with protobuf-c and raw frames here.
  */
 #include <math.h>
@@ -229,6 +230,62 @@ static void test_each_fault(void **state)
     test_nothing_ready(state);
 }
 
+/*
+ * zps_wire_recv_deferred checks everything but the payload's checksum, which
+ * zps_message_copy_verified checks while copying; zps_wire_recv checks it at
+ * once and scans for non-finite values.
+ */
+static void test_deferred_checksum(void **state)
+{
+    pair_t *p = *state;
+    float v[3] = {1, NAN, 3};
+    uint32_t crc = zps_crc32c(0, v, sizeof(v));
+    Zps__Header h = ZPS__HEADER__INIT;
+    h.version = ZPS_PROTOCOL_VERSION;
+    h.type = ZPS__MSG_TYPE__MSG_PUSH;
+    h.request_id = 5;
+    h.length = 3;
+
+    /* A bad checksum passes receipt and is caught by the copy. */
+    h.checksum = crc ^ 1u;
+    send_raw(p, &h, NULL, 0, v, sizeof(v), 1);
+    zps_message_t m;
+    assert_int_equal(zps_wire_recv_deferred(p->router, 0, true, &m), 0);
+    assert_true(m.has_peer);
+    assert_true(m.has_payload);
+    assert_false(m.scanned);
+    float dst[3];
+    assert_int_equal(zps_message_copy_verified(&m, dst), ZPS_ECHECKSUM);
+    zps_message_close(&m);
+
+    /* A good one copies the payload bit for bit. */
+    h.checksum = crc;
+    send_raw(p, &h, NULL, 0, v, sizeof(v), 1);
+    assert_int_equal(zps_wire_recv_deferred(p->router, 0, true, &m), 0);
+    assert_false(m.scanned);
+    assert_int_equal(zps_message_copy_verified(&m, dst), 0);
+    assert_memory_equal(dst, v, sizeof(v));
+    zps_message_close(&m);
+
+    /* The other checks still apply. */
+    h.length = 4;
+    send_raw(p, &h, NULL, 0, v, sizeof(v), 1);
+    assert_int_equal(zps_wire_recv_deferred(p->router, 0, true, &m), ZPS_ELENGTH);
+    zps_message_close(&m);
+    h.length = 3;
+
+    /* zps_wire_recv verifies on receipt and finds the NaN at index 1. */
+    send_raw(p, &h, NULL, 0, v, sizeof(v), 1);
+    assert_int_equal(zps_wire_recv(p->router, 0, true, &m), 0);
+    assert_true(m.scanned);
+    assert_int_equal(m.first_nonfinite, 1);
+    zps_message_close(&m);
+    h.checksum = crc ^ 1u;
+    send_raw(p, &h, NULL, 0, v, sizeof(v), 1);
+    expect(p, ZPS_ECHECKSUM);
+    assert_int_equal(zps_wire_recv_deferred(p->router, ZMQ_DONTWAIT, true, &m), ZPS_EAGAIN);
+}
+
 static void test_helpers(void **state)
 {
     (void)state;
@@ -252,9 +309,8 @@ static void test_helpers(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_round_trip),
-        cmocka_unit_test(test_nothing_ready),
-        cmocka_unit_test(test_each_fault),
+        cmocka_unit_test(test_round_trip), cmocka_unit_test(test_nothing_ready),
+        cmocka_unit_test(test_each_fault), cmocka_unit_test(test_deferred_checksum),
         cmocka_unit_test(test_helpers),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
