@@ -5,7 +5,10 @@
  *
  * A program puts ZPS_OPT_FLAG_OPTIONS into its getopt_long table, hands the
  * codes in [ZPS_OPT_FLAG_FIRST, ZPS_OPT_FLAG_END) to zps_opt_flag_apply and
- * calls zps_opt_flags_finish after the last flag.
+ * calls zps_opt_flags_finish after the last flag. Every function here is
+ * pure (no I/O, no globals) and may be called from any thread.
+ * Not here: what the values mean and their valid ranges beyond the flags'
+ * syntax (optimizer.h, zps_opt_config_check); the straggler flags (worker/).
  */
 #ifndef ZPS_OPT_FLAGS_H
 #define ZPS_OPT_FLAGS_H

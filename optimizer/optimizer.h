@@ -16,6 +16,9 @@
  * time; their results are bit-identical to the baseline ones.
  *
  * Not thread-safe: one optimizer per shard, driven by one thread at a time.
+ * Not here: when a step is taken and with which gradient (consistency/), the
+ * example-weighted mean of workers' gradients (mean.h), the flags that
+ * configure an optimizer (opt_flags.h), saving its state (checkpoint/).
  */
 #ifndef ZPS_OPTIMIZER_H
 #define ZPS_OPTIMIZER_H
