@@ -20,13 +20,16 @@
  * final model, give the other workers a grace period to finish (a BSP backup
  * straggler may still be pushing clocks that will be dropped), fetch the
  * servers' final STATS, stop the servers, write the summary.
+ *
+ * Not here: reading and checking the flags (launch_opts.c), the default
+ * recipe (launch_plan.c), command-line vectors (launch_argv.c), the figures
+ * (runstats.c). All the run's state is one launch_t, passed to every
+ * callback through its handle's data.
  */
 #include "launch.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
@@ -43,19 +46,14 @@
 #include <uv.h>
 
 #include "client.h"
-#include "data.h"
 #include "error.h"
-#include "log.h"
+#include "launch_argv.h"
+#include "launch_opts.h"
+#include "launch_plan.h"
 #include "metrics.h"
-#include "model.h"
-#include "opt_flags.h"
 #include "parse.h"
 #include "runstats.h"
-#include "straggler.h"
 #include "timeutil.h"
-
-#define EXIT_FAILED 1
-#define EXIT_USAGE 2
 
 #define TICK_MS 100
 #define STARTUP_TIMEOUT_S 30.0
@@ -63,935 +61,6 @@
 #define FINISH_GRACE_S 5.0     /* after the final evaluation, the workers get this long */
 #define EVALUATOR_GRACE_S 60.0 /* after the last worker, the evaluator gets this long */
 #define STATS_EVERY_S 1.0
-#define MAX_TARGETS 8
-#define MAX_STRAGGLER_SPECS 16
-
-/* ---- small string vectors ---- */
-
-typedef struct strvec {
-    char **v;
-    size_t n, cap;
-} strvec_t;
-
-static int sv_push(strvec_t *s, const char *str)
-{
-    if (s->n + 2 > s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 16;
-        char **v = realloc(s->v, cap * sizeof(*v));
-        if (!v)
-            return ZPS_ENOMEM;
-        s->v = v;
-        s->cap = cap;
-    }
-    char *copy = strdup(str);
-    if (!copy)
-        return ZPS_ENOMEM;
-    s->v[s->n++] = copy;
-    s->v[s->n] = NULL;
-    return 0;
-}
-
-__attribute__((format(printf, 2, 3))) static int sv_pushf(strvec_t *s, const char *fmt, ...)
-{
-    char buf[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof(buf), fmt, ap);
-    va_end(ap);
-    return sv_push(s, buf);
-}
-
-static int sv_extend(strvec_t *s, const strvec_t *from)
-{
-    for (size_t i = 0; i < from->n; i++)
-        if (sv_push(s, from->v[i]))
-            return ZPS_ENOMEM;
-    return 0;
-}
-
-static void sv_free(strvec_t *s)
-{
-    for (size_t i = 0; i < s->n; i++)
-        free(s->v[i]);
-    free(s->v);
-    memset(s, 0, sizeof(*s));
-}
-
-/* ---- options ---- */
-
-typedef struct straggler_spec {
-    zps_rank_set_t ranks;
-    strvec_t flags; /* worker flags, e.g. "--slowdown", "4" */
-} straggler_spec_t;
-
-typedef struct options {
-    uint32_t servers, workers;
-    const char *mode;
-    uint32_t staleness, backup;
-    const char *lr_staleness;
-    const char *name;
-    const char *runs_dir;
-    double targets[MAX_TARGETS];
-    size_t target_count;
-    double time_limit_s; /* 0: none */
-    bool quiet;
-    bool progress;
-    double progress_every_s;
-    const char *server_bin, *worker_bin;
-    strvec_t server_args, worker_args;
-    bool have_eval_every;
-    straggler_spec_t specs[MAX_STRAGGLER_SPECS];
-    size_t spec_count;
-} options_t;
-
-/* Flags handed on unchanged: to every server, or to every worker. */
-enum { TO_SERVER, TO_WORKER };
-static const struct passthrough {
-    const char *name;
-    int has_arg;
-    int to;
-} passthrough[] = {
-    {"optimizer", 1, TO_SERVER},
-    {"lr", 1, TO_SERVER},
-    {"momentum", 1, TO_SERVER},
-    {"nesterov", 0, TO_SERVER},
-    {"beta1", 1, TO_SERVER},
-    {"beta2", 1, TO_SERVER},
-    {"eps", 1, TO_SERVER},
-    {"weight-decay", 1, TO_SERVER},
-    {"schedule", 1, TO_SERVER},
-    {"step-every", 1, TO_SERVER},
-    {"gamma", 1, TO_SERVER},
-    {"cosine-steps", 1, TO_SERVER},
-    {"lr-min", 1, TO_SERVER},
-    {"warmup", 1, TO_SERVER},
-    {"worker-timeout", 1, TO_SERVER},
-    {"max-pending-pulls", 1, TO_SERVER},
-    {"model", 1, TO_WORKER},
-    {"data", 1, TO_WORKER},
-    {"data-dir", 1, TO_WORKER},
-    {"batch", 1, TO_WORKER},
-    {"epochs", 1, TO_WORKER},
-    {"clocks", 1, TO_WORKER},
-    {"seed", 1, TO_WORKER},
-    {"backend", 1, TO_WORKER},
-    {"device", 1, TO_WORKER},
-    {"blas-threads", 1, TO_WORKER},
-    {"eval-every", 1, TO_WORKER},
-    {"base-step-ms", 1, TO_WORKER},
-    {"slowdown", 1, TO_WORKER},
-    {"delay", 1, TO_WORKER},
-    {"random-delay", 1, TO_WORKER},
-    {"intermittent", 1, TO_WORKER},
-    {"pause-at", 1, TO_WORKER},
-    {"straggler-ranks", 1, TO_WORKER},
-    {"straggler-seed", 1, TO_WORKER},
-    {"no-final-wait", 0, TO_WORKER},
-};
-#define NPASS (sizeof(passthrough) / sizeof(passthrough[0]))
-
-/* Keys --straggler accepts: worker flags that take a value. */
-static const char *const straggler_keys[] = {"slowdown", "delay", "random-delay", "intermittent",
-                                             "pause-at"};
-
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: zps launch [options]\n"
-               "\n"
-               "Starts a zps cluster on this machine -- S zps-server shards on free loopback\n"
-               "ports and W zps-worker processes -- shows one progress line, stops everything\n"
-               "when training ends (or on Ctrl-C, or when a process fails) and leaves a run\n"
-               "folder RUNS/NAME with each process's log, the metrics, the command lines and\n"
-               "summary.json. docs/launch.md has the details.\n"
-               "\n"
-               "Cluster:\n"
-               "  --servers S             server shards (default 2)\n"
-               "  --workers W             workers (default 4)\n"
-               "  --mode bsp|ssp|asp      consistency (default bsp)\n"
-               "  --staleness S           ssp: the staleness bound, S clocks\n"
-               "  --backup-workers B      bsp: take each step once W-B pushes are in\n"
-               "  --lr-staleness RULE     servers' staleness-aware learning rate (e.g. inverse)\n"
-               "  --server-arg ARG        hand ARG to every zps-server (repeatable)\n"
-               "  --worker-arg ARG        hand ARG to every zps-worker (repeatable)\n"
-               "\n"
-               "Handed to every server: --optimizer --lr --momentum --nesterov --beta1 --beta2\n"
-               "  --eps --weight-decay --schedule --step-every --gamma --cosine-steps --lr-min\n"
-               "  --warmup --worker-timeout --max-pending-pulls\n"
-               "Handed to every worker: --model --data --data-dir --batch --epochs --clocks\n"
-               "  --seed --backend --device --blas-threads --eval-every (default 250 here)\n"
-               "  --base-step-ms --slowdown --delay --random-delay --intermittent --pause-at\n"
-               "  --straggler-ranks --straggler-seed --no-final-wait\n"
-               "\n"
-               "Stragglers for chosen ranks:\n"
-               "  --straggler RANKS:KEY=VALUE[,KEY=VALUE...]\n"
-               "                          RANKS is all, 3 or 0,2-3; KEY is slowdown, delay,\n"
-               "                          random-delay, intermittent or pause-at, with the\n"
-               "                          worker flag's value, e.g. --straggler 3:slowdown=4\n"
-               "                          or --straggler all:intermittent=4:0.1 (repeatable)\n"
-               "\n"
-               "Run:\n"
-               "  --name NAME             run folder name (default MODE-YYYYmmdd-HHMMSS)\n"
-               "  --runs-dir DIR          where run folders go (default runs)\n"
-               "  --targets A1,A2,...     accuracy targets for seconds_to_target\n"
-               "                          (default 0.85,0.88)\n"
-               "  --time-limit SEC        stop and fail after SEC seconds (default: none)\n"
-               "  --quiet                 do not echo the processes' output (it is in their logs)\n"
-               "  --no-progress           no progress line\n"
-               "  --progress-every S      seconds between progress lines when stderr is not a\n"
-               "                          terminal (default 10)\n"
-               "  --server-bin PATH       zps-server to run (default: beside this zps)\n"
-               "  --worker-bin PATH       zps-worker to run (default: beside this zps)\n"
-               "  --help                  this text\n"
-               "\n"
-               "Exit status: 0 training ended and every process exited cleanly; 1 a process\n"
-               "failed (named on stderr) or the time limit passed; 2 bad usage; 130 or 143\n"
-               "interrupted by SIGINT or SIGTERM.\n");
-}
-
-__attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "zps launch: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\nTry 'zps launch --help'.\n");
-    va_end(ap);
-    return EXIT_USAGE;
-}
-
-static bool is_straggler_key(const char *k)
-{
-    for (size_t i = 0; i < sizeof(straggler_keys) / sizeof(straggler_keys[0]); i++)
-        if (strcmp(k, straggler_keys[i]) == 0)
-            return true;
-    return false;
-}
-
-/* Checks one straggler flag's value the way zps-worker will. */
-static bool straggler_value_ok(const char *key, const char *value)
-{
-    zps_straggler_config_t sc;
-    zps_straggler_config_default(&sc);
-    int rc;
-    if (strcmp(key, "slowdown") == 0)
-        rc = zps_parse_double(value, &sc.slowdown);
-    else if (strcmp(key, "delay") == 0)
-        rc = zps_parse_double(value, &sc.fixed_ms);
-    else if (strcmp(key, "random-delay") == 0)
-        rc = zps_straggler_parse_random(value, &sc.dist, &sc.mean_ms);
-    else if (strcmp(key, "intermittent") == 0)
-        rc = zps_straggler_parse_intermittent(value, &sc.intermittent_k, &sc.intermittent_p);
-    else {
-        rc = zps_straggler_parse_pause(value, &sc.pause_clock, &sc.pause_ms);
-        sc.pause = true;
-    }
-    char why[256];
-    return rc == 0 && zps_straggler_check(&sc, why, sizeof(why)) == 0;
-}
-
-/* --straggler RANKS:KEY=VALUE[,KEY=VALUE...] */
-static int parse_straggler(options_t *o, const char *arg)
-{
-    if (o->spec_count == MAX_STRAGGLER_SPECS)
-        return usage_error("at most %d --straggler flags", MAX_STRAGGLER_SPECS);
-    const char *colon = strchr(arg, ':');
-    if (!colon || colon == arg)
-        return usage_error("invalid --straggler '%s': expected RANKS:KEY=VALUE, e.g. 3:slowdown=4",
-                           arg);
-    char ranks[256];
-    size_t rl = (size_t)(colon - arg);
-    if (rl >= sizeof(ranks))
-        return usage_error("invalid --straggler '%s': rank list too long", arg);
-    memcpy(ranks, arg, rl);
-    ranks[rl] = '\0';
-    straggler_spec_t *sp = &o->specs[o->spec_count];
-    memset(sp, 0, sizeof(*sp));
-    if (zps_straggler_parse_ranks(ranks, &sp->ranks))
-        return usage_error("invalid --straggler ranks '%s': expected all, or ranks such as 0,2-3",
-                           ranks);
-    char *rest = strdup(colon + 1);
-    if (!rest)
-        return EXIT_FAILED;
-    int ex = 0;
-    char *save = NULL;
-    bool any = false;
-    for (char *item = strtok_r(rest, ",", &save); item && !ex; item = strtok_r(NULL, ",", &save)) {
-        char *eq = strchr(item, '=');
-        if (!eq) {
-            ex = usage_error("invalid --straggler item '%s': expected KEY=VALUE", item);
-            break;
-        }
-        *eq = '\0';
-        const char *key = item, *value = eq + 1;
-        if (!is_straggler_key(key))
-            ex = usage_error("invalid --straggler key '%s': expected slowdown, delay, "
-                             "random-delay, intermittent or pause-at",
-                             key);
-        else if (!straggler_value_ok(key, value))
-            ex = usage_error("invalid --straggler %s=%s (see zps-worker --help for its values)",
-                             key, value);
-        else if (sv_pushf(&sp->flags, "--%s", key) || sv_push(&sp->flags, value))
-            ex = EXIT_FAILED;
-        any = true;
-    }
-    free(rest);
-    if (!ex && !any)
-        ex = usage_error("invalid --straggler '%s': no KEY=VALUE", arg);
-    if (ex) {
-        sv_free(&sp->flags);
-        return ex;
-    }
-    o->spec_count++;
-    return 0;
-}
-
-static int parse_targets(options_t *o, const char *arg)
-{
-    char **items;
-    size_t n;
-    if (zps_parse_list(arg, &items, &n))
-        return usage_error("invalid --targets '%s': expected accuracies such as 0.85,0.88", arg);
-    int ex = 0;
-    if (n > MAX_TARGETS)
-        ex = usage_error("at most %d --targets", MAX_TARGETS);
-    for (size_t i = 0; !ex && i < n; i++) {
-        double t;
-        if (zps_parse_double(items[i], &t) || t < 0 || t > 1)
-            ex = usage_error("invalid --targets item '%s': expected an accuracy in [0, 1]",
-                             items[i]);
-        else
-            o->targets[i] = t;
-    }
-    if (!ex)
-        o->target_count = n;
-    free(items);
-    return ex;
-}
-
-enum {
-    O_SERVERS = 256,
-    O_WORKERS,
-    O_MODE,
-    O_STALENESS,
-    O_BACKUP,
-    O_LR_STALENESS,
-    O_SERVER_ARG,
-    O_WORKER_ARG,
-    O_STRAGGLER,
-    O_NAME,
-    O_RUNS_DIR,
-    O_TARGETS,
-    O_TIME_LIMIT,
-    O_QUIET,
-    O_NO_PROGRESS,
-    O_PROGRESS_EVERY,
-    O_SERVER_BIN,
-    O_WORKER_BIN,
-    O_HELP,
-    O_PASS = 1000, /* + index into passthrough[] */
-};
-
-static void options_free(options_t *o)
-{
-    sv_free(&o->server_args);
-    sv_free(&o->worker_args);
-    for (size_t i = 0; i < o->spec_count; i++)
-        sv_free(&o->specs[i].flags);
-}
-
-/* Returns 0, an exit status (usage: 2), or -1 after --help. */
-static int parse_options(int argc, char **argv, options_t *o)
-{
-    static const struct option own[] = {
-        {"servers", required_argument, NULL, O_SERVERS},
-        {"workers", required_argument, NULL, O_WORKERS},
-        {"mode", required_argument, NULL, O_MODE},
-        {"staleness", required_argument, NULL, O_STALENESS},
-        {"backup-workers", required_argument, NULL, O_BACKUP},
-        {"lr-staleness", required_argument, NULL, O_LR_STALENESS},
-        {"server-arg", required_argument, NULL, O_SERVER_ARG},
-        {"worker-arg", required_argument, NULL, O_WORKER_ARG},
-        {"straggler", required_argument, NULL, O_STRAGGLER},
-        {"name", required_argument, NULL, O_NAME},
-        {"runs-dir", required_argument, NULL, O_RUNS_DIR},
-        {"targets", required_argument, NULL, O_TARGETS},
-        {"time-limit", required_argument, NULL, O_TIME_LIMIT},
-        {"quiet", no_argument, NULL, O_QUIET},
-        {"no-progress", no_argument, NULL, O_NO_PROGRESS},
-        {"progress-every", required_argument, NULL, O_PROGRESS_EVERY},
-        {"server-bin", required_argument, NULL, O_SERVER_BIN},
-        {"worker-bin", required_argument, NULL, O_WORKER_BIN},
-        {"help", no_argument, NULL, O_HELP},
-    };
-    const size_t nown = sizeof(own) / sizeof(own[0]);
-    struct option all[sizeof(own) / sizeof(own[0]) + NPASS + 1];
-    memcpy(all, own, sizeof(own));
-    for (size_t i = 0; i < NPASS; i++) {
-        all[nown + i].name = passthrough[i].name;
-        all[nown + i].has_arg = passthrough[i].has_arg ? required_argument : no_argument;
-        all[nown + i].flag = NULL;
-        all[nown + i].val = O_PASS + (int)i;
-    }
-    memset(&all[nown + NPASS], 0, sizeof(all[0]));
-
-    memset(o, 0, sizeof(*o));
-    o->servers = 2;
-    o->workers = 4;
-    o->mode = "bsp";
-    o->runs_dir = "runs";
-    o->targets[0] = 0.85;
-    o->targets[1] = 0.88;
-    o->target_count = 2;
-    o->progress = true;
-    o->progress_every_s = 10.0;
-    bool have_staleness = false;
-
-    long l;
-    double d;
-    int c;
-    optind = 1;
-    opterr = 1;
-    while ((c = getopt_long(argc, argv, "", all, NULL)) != -1) {
-        const char *a = optarg;
-        int ex = 0;
-        switch (c) {
-        case O_SERVERS:
-            if (zps_parse_long(a, 1, 256, &l))
-                return usage_error("invalid --servers '%s': expected an integer in [1, 256]", a);
-            o->servers = (uint32_t)l;
-            break;
-        case O_WORKERS:
-            if (zps_parse_long(a, 1, 1024, &l))
-                return usage_error("invalid --workers '%s': expected an integer in [1, 1024]", a);
-            o->workers = (uint32_t)l;
-            break;
-        case O_MODE:
-            if (strcmp(a, "bsp") != 0 && strcmp(a, "ssp") != 0 && strcmp(a, "asp") != 0)
-                return usage_error("invalid --mode '%s': expected bsp, ssp or asp", a);
-            o->mode = a;
-            break;
-        case O_STALENESS:
-            if (zps_parse_long(a, 0, 1000000, &l))
-                return usage_error("invalid --staleness '%s': expected an integer >= 0", a);
-            o->staleness = (uint32_t)l;
-            have_staleness = true;
-            break;
-        case O_BACKUP:
-            if (zps_parse_long(a, 0, 65535, &l))
-                return usage_error("invalid --backup-workers '%s': expected an integer >= 0", a);
-            o->backup = (uint32_t)l;
-            break;
-        case O_LR_STALENESS:
-            o->lr_staleness = a;
-            break;
-        case O_SERVER_ARG:
-            ex = sv_push(&o->server_args, a) ? EXIT_FAILED : 0;
-            break;
-        case O_WORKER_ARG:
-            ex = sv_push(&o->worker_args, a) ? EXIT_FAILED : 0;
-            break;
-        case O_STRAGGLER:
-            ex = parse_straggler(o, a);
-            break;
-        case O_NAME:
-            if (!*a || strchr(a, '/') || strcmp(a, ".") == 0 || strcmp(a, "..") == 0)
-                return usage_error("invalid --name '%s': expected a folder name without '/'", a);
-            o->name = a;
-            break;
-        case O_RUNS_DIR:
-            o->runs_dir = a;
-            break;
-        case O_TARGETS:
-            ex = parse_targets(o, a);
-            break;
-        case O_TIME_LIMIT:
-            if (zps_parse_double(a, &d) || !(d > 0))
-                return usage_error("invalid --time-limit '%s': expected seconds > 0", a);
-            o->time_limit_s = d;
-            break;
-        case O_QUIET:
-            o->quiet = true;
-            break;
-        case O_NO_PROGRESS:
-            o->progress = false;
-            break;
-        case O_PROGRESS_EVERY:
-            if (zps_parse_double(a, &d) || !(d > 0))
-                return usage_error("invalid --progress-every '%s': expected seconds > 0", a);
-            o->progress_every_s = d;
-            break;
-        case O_SERVER_BIN:
-            o->server_bin = a;
-            break;
-        case O_WORKER_BIN:
-            o->worker_bin = a;
-            break;
-        case O_HELP:
-            usage(stdout);
-            return -1;
-        default:
-            if (c >= O_PASS && c < O_PASS + (int)NPASS) {
-                const struct passthrough *p = &passthrough[c - O_PASS];
-                strvec_t *to = p->to == TO_SERVER ? &o->server_args : &o->worker_args;
-                if (strcmp(p->name, "eval-every") == 0)
-                    o->have_eval_every = true;
-                if (sv_pushf(to, "--%s", p->name) || (p->has_arg && sv_push(to, a)))
-                    ex = EXIT_FAILED;
-                break;
-            }
-            fprintf(stderr, "Try 'zps launch --help'.\n");
-            return EXIT_USAGE;
-        }
-        if (ex)
-            return ex;
-    }
-    if (optind < argc)
-        return usage_error("unexpected argument '%s'", argv[optind]);
-    if (have_staleness && strcmp(o->mode, "ssp") != 0)
-        return usage_error("--staleness applies to --mode ssp only");
-    if (o->backup > 0 && strcmp(o->mode, "bsp") != 0)
-        return usage_error("--backup-workers applies to --mode bsp only");
-    if (o->backup >= o->workers)
-        return usage_error("--backup-workers %u must be less than --workers %u", o->backup,
-                           o->workers);
-    for (size_t i = 0; i < o->spec_count; i++) {
-        const zps_rank_set_t *rs = &o->specs[i].ranks;
-        for (uint32_t k = 0; !rs->all && k < rs->count; k++)
-            if (rs->lo[k] >= o->workers)
-                return usage_error("--straggler names rank %u, but there are %u workers", rs->lo[k],
-                                   o->workers);
-    }
-    return 0;
-}
-
-/* ---- checking what the children will be handed, before anything starts ---- */
-
-/*
- * A bad value handed on to W workers would make each of them print its
- * usage and exit, after the run folder was made and the servers started. So
- * every value launch hands on is checked here first, with the parsers the
- * children use (common/parse.c, model.c, straggler.c, optimizer/opt_flags.c)
- * and the ranges and wording of zps-worker's and zps-server's own checks,
- * and a bad one is refused in one line.
- */
-typedef enum {
-    WF_NONE,   /* no value */
-    WF_ANY,    /* a value the worker reads as it is (a path, a file name) */
-    WF_OWN,    /* set by launch for every worker: not to be given */
-    WF_LONG,   /* an integer in [lo, hi] */
-    WF_U64,    /* a non-negative integer in [lo, hi] (hi < 0: no upper bound) */
-    WF_DOUBLE, /* a finite number (the straggler check bounds it further) */
-    WF_TIMEOUT,
-    WF_BACKEND,
-    WF_MODEL,
-    WF_DATA,
-    WF_LOG_LEVEL,
-    WF_RANDOM,
-    WF_INTERMITTENT,
-    WF_PAUSE,
-    WF_RANKS,
-} wf_kind_t;
-
-static const struct worker_flag {
-    const char *name;
-    wf_kind_t kind;
-    long lo, hi;
-    const char *expect;
-} worker_flags[] = {
-    {"servers", WF_OWN, 0, 0, NULL},
-    {"rank", WF_OWN, 0, 0, NULL},
-    {"workers", WF_OWN, 0, 0, NULL},
-    {"metrics", WF_OWN, 0, 0, NULL},
-    {"local", WF_OWN, 0, 0, NULL},
-    {"init-only", WF_OWN, 0, 0, NULL},
-    {"evaluator", WF_OWN, 0, 0, NULL},
-    {"no-eval", WF_OWN, 0, 0, NULL},
-    {"timeout", WF_TIMEOUT, -1, 86400000, "milliseconds >= 1, or -1 to wait forever"},
-    {"wait-log-ms", WF_LONG, 0, 86400000, "milliseconds >= 0 (0: never)"},
-    {"model", WF_MODEL, 0, 0, "mlp:I-H1-...-O or linear:D"},
-    {"data", WF_DATA, 0, 0, "fashion-mnist or synthetic[:OPTIONS]"},
-    {"data-dir", WF_ANY, 0, 0, NULL},
-    {"batch", WF_LONG, 1, 1 << 20, "an integer in [1, 1048576]"},
-    {"epochs", WF_U64, 1, 1000000, "an integer in [1, 1000000]"},
-    {"clocks", WF_U64, 1, -1, "a positive integer"},
-    {"seed", WF_U64, 0, -1, "a non-negative integer"},
-    {"backend", WF_BACKEND, 0, 0, "cpu, cuda or auto"},
-    {"device", WF_LONG, 0, 1024, "a device index"},
-    {"blas-threads", WF_LONG, 1, 1024, "an integer in [1, 1024]"},
-    {"base-step-ms", WF_DOUBLE, 0, 0, "milliseconds"},
-    {"slowdown", WF_DOUBLE, 0, 0, "a factor K >= 1"},
-    {"delay", WF_DOUBLE, 0, 0, "milliseconds"},
-    {"random-delay", WF_RANDOM, 0, 0, "exp:MEAN or uniform:MEAN (milliseconds)"},
-    {"intermittent", WF_INTERMITTENT, 0, 0, "K:P, a factor and a probability, e.g. 4:0.1"},
-    {"pause-at", WF_PAUSE, 0, 0, "T:MS, a clock and milliseconds, e.g. 100:2000"},
-    {"straggler-ranks", WF_RANKS, 0, 0, "all, or ranks and ranges such as 0,2-3"},
-    {"straggler-seed", WF_U64, 0, -1, "a non-negative integer"},
-    {"no-final-wait", WF_NONE, 0, 0, NULL},
-    {"eval-every", WF_U64, 0, -1, "a non-negative integer"},
-    {"save-params", WF_ANY, 0, 0, NULL},
-    {"no-progress", WF_NONE, 0, 0, NULL},
-    {"progress-every", WF_DOUBLE, 0, 0, "seconds > 0"},
-    {"log-level", WF_LOG_LEVEL, 0, 0, "debug, info, warn or error"},
-};
-
-/* zps-server's and zps-worker --local's optimizer flags (optimizer/opt_flags.h). */
-static const struct option optimizer_flags[] = {ZPS_OPT_FLAG_OPTIONS};
-
-/* "--name=value" or "--name" then "value": splits args[*i] and takes its value. */
-static const char *flag_value(const strvec_t *args, size_t *i, char *name, size_t size,
-                              bool has_value, bool *missing)
-{
-    const char *item = args->v[*i] + 2;
-    const char *eq = strchr(item, '=');
-    size_t len = eq ? (size_t)(eq - item) : strlen(item);
-    snprintf(name, size, "%.*s", (int)len, item);
-    *missing = false;
-    if (!has_value)
-        return NULL;
-    if (eq)
-        return eq + 1;
-    if (*i + 1 >= args->n) {
-        *missing = true;
-        return NULL;
-    }
-    return args->v[++*i];
-}
-
-static const struct worker_flag *find_worker_flag(const char *name)
-{
-    for (size_t i = 0; i < sizeof(worker_flags) / sizeof(worker_flags[0]); i++)
-        if (strcmp(worker_flags[i].name, name) == 0)
-            return &worker_flags[i];
-    return NULL;
-}
-
-static const struct option *find_optimizer_flag(const char *name)
-{
-    for (size_t i = 0; i < sizeof(optimizer_flags) / sizeof(optimizer_flags[0]); i++)
-        if (strcmp(optimizer_flags[i].name, name) == 0)
-            return &optimizer_flags[i];
-    return NULL;
-}
-
-/* Checks one worker flag's value v and applies the straggler ones to sc. */
-static bool worker_value_ok(const struct worker_flag *f, const char *v, zps_straggler_config_t *sc,
-                            char *why, size_t size)
-{
-    long l;
-    uint64_t u;
-    double d;
-    enum zps_log_level lv;
-    zps_model_t model;
-    char err[256];
-    bool ok = true;
-    switch (f->kind) {
-    case WF_NONE:
-    case WF_ANY:
-    case WF_OWN:
-        break;
-    case WF_LONG:
-        ok = zps_parse_long(v, f->lo, f->hi, &l) == 0;
-        break;
-    case WF_U64:
-        ok = zps_parse_u64(v, &u) == 0 && u >= (uint64_t)f->lo &&
-             (f->hi < 0 || u <= (uint64_t)f->hi);
-        break;
-    case WF_TIMEOUT:
-        ok = zps_parse_long(v, f->lo, f->hi, &l) == 0 && l != 0;
-        break;
-    case WF_DOUBLE:
-        ok = zps_parse_double(v, &d) == 0;
-        if (ok && strcmp(f->name, "base-step-ms") == 0)
-            sc->base_step_ms = d;
-        else if (ok && strcmp(f->name, "slowdown") == 0)
-            sc->slowdown = d;
-        else if (ok && strcmp(f->name, "delay") == 0)
-            sc->fixed_ms = d;
-        else if (ok && strcmp(f->name, "progress-every") == 0)
-            ok = d > 0;
-        break;
-    case WF_BACKEND:
-        ok = strcmp(v, "cpu") == 0 || strcmp(v, "cuda") == 0 || strcmp(v, "auto") == 0;
-        break;
-    case WF_MODEL:
-        if (zps_model_parse(v, &model, err, sizeof(err)) != 0) {
-            snprintf(why, size, "invalid --model: %s", err);
-            return false;
-        }
-        break;
-    case WF_DATA:
-        /* data.c has no parse apart from loading; the worker checks the options. */
-        ok = strcmp(v, "fashion-mnist") == 0 || strcmp(v, "synthetic") == 0 ||
-             strncmp(v, "synthetic:", 10) == 0;
-        break;
-    case WF_LOG_LEVEL:
-        ok = zps_log_parse_level(v, &lv) == 0;
-        break;
-    case WF_RANDOM:
-        ok = zps_straggler_parse_random(v, &sc->dist, &sc->mean_ms) == 0;
-        break;
-    case WF_INTERMITTENT:
-        ok = zps_straggler_parse_intermittent(v, &sc->intermittent_k, &sc->intermittent_p) == 0;
-        break;
-    case WF_PAUSE:
-        ok = zps_straggler_parse_pause(v, &sc->pause_clock, &sc->pause_ms) == 0;
-        sc->pause = true;
-        break;
-    case WF_RANKS:
-        ok = zps_straggler_parse_ranks(v, &sc->ranks) == 0;
-        break;
-    }
-    if (!ok)
-        snprintf(why, size, "invalid --%s '%s': expected %s", f->name, v, f->expect);
-    return ok;
-}
-
-/* Walks worker flags as they will appear on a worker's command line. */
-static bool worker_args_ok(const strvec_t *args, zps_straggler_config_t *sc, bool *epochs,
-                           bool *clocks, char *why, size_t size)
-{
-    char name[64];
-    for (size_t i = 0; i < args->n; i++) {
-        if (strncmp(args->v[i], "--", 2) != 0) {
-            snprintf(why, size, "invalid --worker-arg '%s': expected a zps-worker flag",
-                     args->v[i]);
-            return false;
-        }
-        bool missing;
-        flag_value(args, &(size_t){i}, name, sizeof(name), false, &missing);
-        const struct worker_flag *f = find_worker_flag(name);
-        const struct option *of = f ? NULL : find_optimizer_flag(name);
-        if (!f && !of) {
-            snprintf(why, size, "unknown zps-worker flag '--%s' (see zps-worker --help)", name);
-            return false;
-        }
-        if (f && f->kind == WF_OWN) {
-            snprintf(why, size, "--%s is set by zps launch for every worker", name);
-            return false;
-        }
-        bool has_value = f ? f->kind != WF_NONE : of->has_arg == required_argument;
-        const char *v = flag_value(args, &i, name, sizeof(name), has_value, &missing);
-        if (missing) {
-            snprintf(why, size, "--%s needs a value", name);
-            return false;
-        }
-        if (f && !worker_value_ok(f, v, sc, why, size))
-            return false;
-        *epochs = *epochs || strcmp(name, "epochs") == 0;
-        *clocks = *clocks || strcmp(name, "clocks") == 0;
-    }
-    return true;
-}
-
-/* The flags that reach zps-server: the optimizer's, and launch's own server flags. */
-static bool server_args_ok(const options_t *o, char *why, size_t size)
-{
-    zps_opt_flags_t optf;
-    zps_opt_flags_init(&optf);
-    char name[64];
-    double d;
-    long l;
-    for (size_t i = 0; i < o->server_args.n; i++) {
-        if (strncmp(o->server_args.v[i], "--", 2) != 0)
-            continue; /* a --server-arg value of a flag launch does not know */
-        bool missing;
-        flag_value(&o->server_args, &(size_t){i}, name, sizeof(name), false, &missing);
-        const struct option *of = find_optimizer_flag(name);
-        bool timeout = strcmp(name, "worker-timeout") == 0;
-        bool pending = strcmp(name, "max-pending-pulls") == 0;
-        if (!of && !timeout && !pending)
-            continue; /* zps-server checks the flags launch does not hand on itself */
-        bool has_value = !of || of->has_arg == required_argument;
-        const char *v = flag_value(&o->server_args, &i, name, sizeof(name), has_value, &missing);
-        if (missing) {
-            snprintf(why, size, "--%s needs a value", name);
-            return false;
-        }
-        if (of && zps_opt_flag_apply(&optf, of->val, v, why, size) != 0)
-            return false;
-        if (timeout && (zps_parse_double(v, &d) || d < 0 || d > 86400)) {
-            snprintf(why, size, "invalid --worker-timeout '%s': expected seconds in [0, 86400]", v);
-            return false;
-        }
-        if (pending && zps_parse_long(v, 1, 1024, &l)) {
-            snprintf(why, size,
-                     "invalid --max-pending-pulls '%s': expected an integer in [1, 1024]", v);
-            return false;
-        }
-    }
-    if (zps_opt_flags_finish(&optf, why, size) != 0)
-        return false;
-    if (o->lr_staleness && strcmp(o->lr_staleness, "none") != 0 &&
-        strcmp(o->lr_staleness, "inverse") != 0) {
-        snprintf(why, size, "invalid --lr-staleness '%s': expected none or inverse",
-                 o->lr_staleness);
-        return false;
-    }
-    if (o->lr_staleness && strcmp(o->lr_staleness, "inverse") == 0 && strcmp(o->mode, "bsp") == 0) {
-        snprintf(why, size,
-                 "--lr-staleness applies to pushes applied on arrival (--mode ssp or "
-                 "asp); BSP steps are never stale");
-        return false;
-    }
-    return true;
-}
-
-/*
- * Checks every value launch will hand to its servers and workers, each
- * worker with the straggler flags of its rank. Returns 0, or prints one line
- * naming the bad value and returns EXIT_USAGE. Creates and starts nothing.
- */
-static int check_child_flags(const options_t *o)
-{
-    char why[512];
-    if (!server_args_ok(o, why, sizeof(why))) {
-        fprintf(stderr, "zps launch: %s\n", why);
-        return EXIT_USAGE;
-    }
-    for (uint32_t r = 0; r < o->workers; r++) {
-        zps_straggler_config_t sc;
-        zps_straggler_config_default(&sc);
-        bool epochs = false, clocks = false;
-        bool ok = worker_args_ok(&o->worker_args, &sc, &epochs, &clocks, why, sizeof(why));
-        for (size_t s = 0; ok && s < o->spec_count; s++)
-            if (zps_rank_set_has(&o->specs[s].ranks, r))
-                ok = worker_args_ok(&o->specs[s].flags, &sc, &epochs, &clocks, why, sizeof(why));
-        if (ok && epochs && clocks) {
-            snprintf(why, sizeof(why), "give --epochs or --clocks, not both");
-            ok = false;
-        }
-        if (ok && zps_straggler_check(&sc, why, sizeof(why)) != 0)
-            ok = false;
-        if (!ok) {
-            fprintf(stderr, "zps launch: %s\n", why);
-            return EXIT_USAGE;
-        }
-    }
-    return 0;
-}
-
-/* ---- planning: the settings a run gets when the user gives none ---- */
-
-/*
- * zps launch's default recipe, chosen so that the shortest command trains a
- * good model (docs/launch.md shows the runs that chose it): batch 32 per
- * worker, 6 epochs, momentum 0.9 with a cosine schedule over the run's
- * optimizer steps, and a learning rate of 0.05 per 128 examples in a step
- * (linear scaling: BSP steps on W*b examples, BSP with B backups on (W-B)*b,
- * SSP and ASP on one worker's b). Each part applies only when the user gave
- * nothing for it: any optimizer flag replaces the whole optimizer recipe.
- */
-#define RECIPE_BATCH 32
-#define RECIPE_EPOCHS 6
-#define RECIPE_MOMENTUM "0.9"
-#define RECIPE_LR_PER_EXAMPLE (0.05 / 128.0)
-
-/* The value of the last `--name` in args (either form), or NULL. */
-static const char *last_value(const strvec_t *args, const char *flag)
-{
-    const char *v = NULL;
-    char name[64];
-    for (size_t i = 0; i < args->n; i++) {
-        if (strncmp(args->v[i], "--", 2) != 0)
-            continue;
-        bool missing;
-        flag_value(args, &(size_t){i}, name, sizeof(name), false, &missing);
-        if (strcmp(name, flag) != 0)
-            continue;
-        const char *got = flag_value(args, &i, name, sizeof(name), true, &missing);
-        if (!missing)
-            v = got;
-    }
-    return v;
-}
-
-static bool any_optimizer_flag(const strvec_t *args)
-{
-    char name[64];
-    for (size_t i = 0; i < args->n; i++) {
-        bool missing;
-        if (strncmp(args->v[i], "--", 2) == 0 &&
-            (flag_value(args, &(size_t){i}, name, sizeof(name), false, &missing),
-             find_optimizer_flag(name)))
-            return true;
-    }
-    return false;
-}
-
-/*
- * Adds the default recipe's flags for whatever the user left unsaid, and
- * says what the run will do in one line. Needs the number of training
- * examples (read from the data's header, not loaded) to turn epochs into
- * clocks. Returns 0, or EXIT_USAGE after one line on stderr.
- */
-static int plan_run(options_t *o)
-{
-    strvec_t *wa = &o->worker_args, *sa = &o->server_args;
-    const char *bv = last_value(wa, "batch"), *ev = last_value(wa, "epochs");
-    const char *kv = last_value(wa, "clocks"), *data = last_value(wa, "data");
-    const char *dir = last_value(wa, "data-dir");
-    uint64_t batch = RECIPE_BATCH, epochs = RECIPE_EPOCHS, clocks = 0, n = 0;
-    int bad = 0;
-    if (bv)
-        zps_parse_u64(bv, &batch); /* checked by check_child_flags */
-    else
-        bad |= sv_push(wa, "--batch") || sv_pushf(wa, "%d", RECIPE_BATCH);
-    if (ev)
-        zps_parse_u64(ev, &epochs);
-    if (kv)
-        zps_parse_u64(kv, &clocks);
-    else if (!ev)
-        bad |= sv_push(wa, "--epochs") || sv_pushf(wa, "%d", RECIPE_EPOCHS);
-    char err[512];
-    if (zps_dataset_train_size(data ? data : "fashion-mnist", dir ? dir : ZPS_FASHION_MNIST_DIR, &n,
-                               err, sizeof(err)) != 0) {
-        fprintf(stderr, "zps launch: %s\n", err);
-        return EXIT_USAGE;
-    }
-    if (n < o->workers) {
-        fprintf(stderr, "zps launch: %llu training examples cannot be split among %u workers\n",
-                (unsigned long long)n, o->workers);
-        return EXIT_USAGE;
-    }
-    /* The partition rule of worker/data.h: S = ceil(floor(N/W) / b). */
-    uint64_t steps = (n / o->workers + batch - 1) / batch;
-    if (!kv)
-        clocks = epochs * steps;
-    if (!o->have_eval_every) {
-        uint64_t every = steps / 2 ? steps / 2 : 1;
-        bad |= sv_push(wa, "--eval-every") || sv_pushf(wa, "%llu", (unsigned long long)every);
-        o->have_eval_every = true;
-    }
-    char recipe[256] = "";
-    if (!any_optimizer_flag(sa)) {
-        bool on_arrival = strcmp(o->mode, "bsp") != 0;
-        uint64_t per_step = on_arrival ? batch : (uint64_t)(o->workers - o->backup) * batch;
-        uint64_t steps_total = on_arrival ? clocks * o->workers : clocks;
-        double lr = RECIPE_LR_PER_EXAMPLE * (double)per_step;
-        bad |= sv_push(sa, "--optimizer") || sv_push(sa, "momentum") || sv_push(sa, "--momentum") ||
-               sv_push(sa, RECIPE_MOMENTUM) || sv_push(sa, "--lr") || sv_pushf(sa, "%.6g", lr) ||
-               sv_push(sa, "--schedule") || sv_push(sa, "cosine") ||
-               sv_push(sa, "--cosine-steps") ||
-               sv_pushf(sa, "%llu", (unsigned long long)(steps_total ? steps_total : 1));
-        snprintf(recipe, sizeof(recipe),
-                 "; momentum %s, lr %.6g (%llu examples a step), cosine over %llu steps",
-                 RECIPE_MOMENTUM, lr, (unsigned long long)per_step,
-                 (unsigned long long)steps_total);
-    }
-    if (bad) {
-        fprintf(stderr, "zps launch: out of memory\n");
-        return EXIT_FAILED;
-    }
-    const char *every = last_value(wa, "eval-every");
-    fprintf(stderr,
-            "zps launch: batch %llu per worker, %llu clocks (%.2f epochs of %llu steps)%s; "
-            "evaluation every %s clocks%s\n",
-            (unsigned long long)batch, (unsigned long long)clocks,
-            steps ? (double)clocks / (double)steps : 0.0, (unsigned long long)steps, recipe,
-            every ? every : "?",
-            recipe[0] ? " (the default recipe: any optimizer flag replaces it)" : "");
-    return 0;
-}
 
 /* ---- the running cluster ---- */
 
@@ -1016,7 +85,7 @@ typedef struct child {
     bool server;
     bool evaluator; /* zps-worker --evaluator: observes and evaluates, trains nothing */
     uint32_t index;
-    strvec_t argv; /* the command line, argv[0] the binary */
+    zps_argv_t argv; /* the command line, argv[0] the binary */
     char log_path[PATH_MAX + 64];
     char endpoint_path[PATH_MAX + 64];
     char metrics_path[PATH_MAX + 64];
@@ -1031,12 +100,12 @@ typedef struct child {
 } child_t;
 
 typedef struct launch {
-    options_t *o;
+    zps_launch_opts_t *o;
     char self[PATH_MAX];
     char server_bin[PATH_MAX], worker_bin[PATH_MAX];
     char dir[PATH_MAX]; /* the run folder, absolute */
     char name[256];
-    strvec_t own_argv; /* the launcher's own command line */
+    zps_argv_t own_argv; /* the launcher's own command line */
 
     uv_loop_t loop;
     uv_timer_t tick;
@@ -1089,37 +158,6 @@ __attribute__((format(printf, 2, 3))) static void say(launch_t *L, const char *f
     vfprintf(stderr, fmt, ap);
     fprintf(stderr, "\n");
     va_end(ap);
-}
-
-/* Shell-quotes one word into b when it needs it. */
-static void quote_word(FILE *f, const char *w)
-{
-    bool plain = *w != '\0';
-    for (const char *p = w; *p; p++)
-        if (!(isalnum((unsigned char)*p) || strchr("-_./=:,+@%", *p)))
-            plain = false;
-    if (plain) {
-        fputs(w, f);
-        return;
-    }
-    fputc('\'', f);
-    for (const char *p = w; *p; p++) {
-        if (*p == '\'')
-            fputs("'\\''", f);
-        else
-            fputc(*p, f);
-    }
-    fputc('\'', f);
-}
-
-static void write_command(FILE *f, const strvec_t *argv)
-{
-    for (size_t i = 0; i < argv->n; i++) {
-        if (i)
-            fputc(' ', f);
-        quote_word(f, argv->v[i]);
-    }
-    fputc('\n', f);
 }
 
 static FILE *open_in_run(launch_t *L, const char *name, const char *mode)
@@ -1435,10 +473,10 @@ static int spawn(launch_t *L, child_t *c)
         return ZPS_EIO;
     }
     /* zps launch --exec-child PPID BIN ARGS...: see the file comment. */
-    strvec_t args = {0};
-    int rc = sv_push(&args, L->self) || sv_push(&args, "launch") ||
-                     sv_push(&args, "--exec-child") || sv_pushf(&args, "%d", (int)getpid()) ||
-                     sv_extend(&args, &c->argv)
+    zps_argv_t args = {0};
+    int rc = zps_argv_push(&args, L->self) || zps_argv_push(&args, "launch") ||
+                     zps_argv_push(&args, "--exec-child") ||
+                     zps_argv_pushf(&args, "%d", (int)getpid()) || zps_argv_extend(&args, &c->argv)
                  ? ZPS_ENOMEM
                  : 0;
     if (rc == 0) {
@@ -1474,7 +512,7 @@ static int spawn(launch_t *L, child_t *c)
             }
         }
     }
-    sv_free(&args);
+    zps_argv_free(&args);
     close(fd);
     return rc;
 }
@@ -1492,7 +530,7 @@ static bool start_child(launch_t *L, child_t *c, FILE *cmds, int bad)
     }
     if (cmds) {
         fprintf(cmds, "# %s\n", c->name);
-        write_command(cmds, &c->argv);
+        zps_argv_write(cmds, &c->argv);
     }
     if (spawn(L, c) != 0) {
         abort_run(L, "failed", c, "%s could not be started", c->name);
@@ -1503,7 +541,7 @@ static bool start_child(launch_t *L, child_t *c, FILE *cmds, int bad)
 
 static void start_workers(launch_t *L)
 {
-    strvec_t eps = {0};
+    zps_argv_t eps = {0};
     char list[8192];
     size_t n = 0;
     list[0] = '\0';
@@ -1511,7 +549,7 @@ static void start_workers(launch_t *L)
         int k = snprintf(list + n, sizeof(list) - n, "%s%s", i ? "," : "", L->servers[i].endpoint);
         if (k > 0)
             n += (size_t)k;
-        sv_push(&eps, L->servers[i].endpoint);
+        zps_argv_push(&eps, L->servers[i].endpoint);
     }
     zps_client_opts_t co;
     zps_client_opts_default(&co);
@@ -1520,18 +558,19 @@ static void start_workers(launch_t *L)
     co.retry_ms = 500;
     if (zps_client_new((const char *const *)eps.v, eps.n, &co, &L->client) != 0)
         L->client = NULL; /* no live statistics; the run goes on */
-    sv_free(&eps);
+    zps_argv_free(&eps);
 
     FILE *cmds = open_in_run(L, "commands.txt", "a");
     /* The evaluator first, so that its pull for the first evaluation clock
      * is parked before the workers get there. It gets the workers' flags
      * (model, data, clocks, --save-params...), not their stragglers. */
     child_t *e = L->evaluator;
-    int ebad = sv_push(&e->argv, L->worker_bin) || sv_push(&e->argv, "--servers") ||
-               sv_push(&e->argv, list) || sv_push(&e->argv, "--evaluator") ||
-               sv_push(&e->argv, "--workers") || sv_pushf(&e->argv, "%u", L->o->workers) ||
-               sv_push(&e->argv, "--metrics") || sv_push(&e->argv, e->metrics_path) ||
-               sv_push(&e->argv, "--no-progress") || sv_extend(&e->argv, &L->o->worker_args);
+    int ebad =
+        zps_argv_push(&e->argv, L->worker_bin) || zps_argv_push(&e->argv, "--servers") ||
+        zps_argv_push(&e->argv, list) || zps_argv_push(&e->argv, "--evaluator") ||
+        zps_argv_push(&e->argv, "--workers") || zps_argv_pushf(&e->argv, "%u", L->o->workers) ||
+        zps_argv_push(&e->argv, "--metrics") || zps_argv_push(&e->argv, e->metrics_path) ||
+        zps_argv_push(&e->argv, "--no-progress") || zps_argv_extend(&e->argv, &L->o->worker_args);
     if (!start_child(L, e, cmds, ebad)) {
         if (cmds)
             fclose(cmds);
@@ -1539,18 +578,19 @@ static void start_workers(launch_t *L)
     }
     for (uint32_t r = 0; r < L->o->workers; r++) {
         child_t *c = &L->workers[r];
-        strvec_t *a = &c->argv;
-        int bad = sv_push(a, L->worker_bin) || sv_push(a, "--servers") || sv_push(a, list) ||
-                  sv_push(a, "--rank") || sv_pushf(a, "%u", r) || sv_push(a, "--workers") ||
-                  sv_pushf(a, "%u", L->o->workers) || sv_push(a, "--metrics") ||
-                  sv_push(a, c->metrics_path) || sv_push(a, "--no-progress");
+        zps_argv_t *a = &c->argv;
+        int bad = zps_argv_push(a, L->worker_bin) || zps_argv_push(a, "--servers") ||
+                  zps_argv_push(a, list) || zps_argv_push(a, "--rank") ||
+                  zps_argv_pushf(a, "%u", r) || zps_argv_push(a, "--workers") ||
+                  zps_argv_pushf(a, "%u", L->o->workers) || zps_argv_push(a, "--metrics") ||
+                  zps_argv_push(a, c->metrics_path) || zps_argv_push(a, "--no-progress");
         /* The evaluator evaluates: no training worker stops for it. */
         if (r == 0)
-            bad = bad || sv_push(a, "--no-eval");
-        bad = bad || sv_extend(a, &L->o->worker_args);
+            bad = bad || zps_argv_push(a, "--no-eval");
+        bad = bad || zps_argv_extend(a, &L->o->worker_args);
         for (size_t s = 0; s < L->o->spec_count; s++)
             if (zps_rank_set_has(&L->o->specs[s].ranks, r))
-                bad = bad || sv_extend(a, &L->o->specs[s].flags);
+                bad = bad || zps_argv_extend(a, &L->o->specs[s].flags);
         if (!start_child(L, c, cmds, bad))
             break;
     }
@@ -1563,20 +603,22 @@ static void start_servers(launch_t *L)
     FILE *cmds = open_in_run(L, "commands.txt", "a");
     for (uint32_t i = 0; i < L->o->servers; i++) {
         child_t *c = &L->servers[i];
-        strvec_t *a = &c->argv;
-        int bad = sv_push(a, L->server_bin) || sv_push(a, "--listen") ||
-                  sv_push(a, "tcp://127.0.0.1:*") || sv_push(a, "--endpoint-file") ||
-                  sv_push(a, c->endpoint_path) || sv_push(a, "--shard") ||
-                  sv_pushf(a, "%u/%u", i, L->o->servers) || sv_push(a, "--workers") ||
-                  sv_pushf(a, "%u", L->o->workers) || sv_push(a, "--mode") ||
-                  sv_push(a, L->o->mode);
+        zps_argv_t *a = &c->argv;
+        int bad = zps_argv_push(a, L->server_bin) || zps_argv_push(a, "--listen") ||
+                  zps_argv_push(a, "tcp://127.0.0.1:*") || zps_argv_push(a, "--endpoint-file") ||
+                  zps_argv_push(a, c->endpoint_path) || zps_argv_push(a, "--shard") ||
+                  zps_argv_pushf(a, "%u/%u", i, L->o->servers) || zps_argv_push(a, "--workers") ||
+                  zps_argv_pushf(a, "%u", L->o->workers) || zps_argv_push(a, "--mode") ||
+                  zps_argv_push(a, L->o->mode);
         if (strcmp(L->o->mode, "ssp") == 0)
-            bad = bad || sv_push(a, "--staleness") || sv_pushf(a, "%u", L->o->staleness);
+            bad =
+                bad || zps_argv_push(a, "--staleness") || zps_argv_pushf(a, "%u", L->o->staleness);
         if (L->o->backup)
-            bad = bad || sv_push(a, "--backup-workers") || sv_pushf(a, "%u", L->o->backup);
+            bad = bad || zps_argv_push(a, "--backup-workers") ||
+                  zps_argv_pushf(a, "%u", L->o->backup);
         if (L->o->lr_staleness)
-            bad = bad || sv_push(a, "--lr-staleness") || sv_push(a, L->o->lr_staleness);
-        bad = bad || sv_extend(a, &L->o->server_args);
+            bad = bad || zps_argv_push(a, "--lr-staleness") || zps_argv_push(a, L->o->lr_staleness);
+        bad = bad || zps_argv_extend(a, &L->o->server_args);
         if (!start_child(L, c, cmds, bad))
             break;
     }
@@ -1782,10 +824,10 @@ static int mkdir_p(const char *dir)
 /* Creates the run folder; a default name gets -2, -3... when taken. */
 static int make_run_dir(launch_t *L)
 {
-    const options_t *o = L->o;
+    const zps_launch_opts_t *o = L->o;
     if (mkdir_p(o->runs_dir) != 0) {
         fprintf(stderr, "zps launch: cannot create %s: %s\n", o->runs_dir, strerror(errno));
-        return EXIT_FAILED;
+        return ZPS_LAUNCH_EXIT_FAILED;
     }
     char base[200];
     if (o->name) {
@@ -1816,12 +858,12 @@ static int make_run_dir(launch_t *L)
             fprintf(stderr, "zps launch: cannot create the run folder %s: %s\n", path,
                     errno == EEXIST ? "it exists already (choose another --name)"
                                     : strerror(errno));
-            return errno == EEXIST ? EXIT_USAGE : EXIT_FAILED;
+            return errno == EEXIST ? ZPS_LAUNCH_EXIT_USAGE : ZPS_LAUNCH_EXIT_FAILED;
         }
     }
     if (!realpath(path, L->dir)) {
         fprintf(stderr, "zps launch: %s: %s\n", path, strerror(errno));
-        return EXIT_FAILED;
+        return ZPS_LAUNCH_EXIT_FAILED;
     }
     return 0;
 }
@@ -1870,7 +912,7 @@ static int finish(launch_t *L)
     tail_all(L, true);
     show_progress(L, true);
     zps_progress_break(&L->progress);
-    const options_t *o = L->o;
+    const zps_launch_opts_t *o = L->o;
     double wall = secs_since(L->start_ns);
     const char *status = L->status ? L->status : "ok";
 
@@ -1916,7 +958,7 @@ static int finish(launch_t *L)
         else
             fprintf(stderr, "zps launch: %s: %s; run folder %s\n",
                     strcmp(status, "interrupted") == 0 ? "interrupted" : "failed", L->why, rel);
-        return L->exit_code ? L->exit_code : EXIT_FAILED;
+        return L->exit_code ? L->exit_code : ZPS_LAUNCH_EXIT_FAILED;
     }
     zps_runstats_result_t res;
     zps_runstats_result(L->rs, &res);
@@ -1966,24 +1008,24 @@ int zps_cmd_launch(int argc, char **argv)
     if (argc >= 4 && strcmp(argv[1], "--exec-child") == 0)
         return exec_child(argv);
 
-    options_t o;
-    int ex = parse_options(argc, argv, &o);
+    zps_launch_opts_t o;
+    int ex = zps_launch_opts_parse(argc, argv, &o);
     if (ex == 0)
-        ex = check_child_flags(&o);
+        ex = zps_launch_opts_check(&o);
     if (ex == 0)
-        ex = plan_run(&o);
+        ex = zps_launch_plan(&o);
     if (ex) {
-        options_free(&o);
+        zps_launch_opts_free(&o);
         return ex < 0 ? 0 : ex;
     }
 
     launch_t *L = calloc(1, sizeof(*L));
     if (!L) {
-        options_free(&o);
-        return EXIT_FAILED;
+        zps_launch_opts_free(&o);
+        return ZPS_LAUNCH_EXIT_FAILED;
     }
     L->o = &o;
-    ex = EXIT_FAILED;
+    ex = ZPS_LAUNCH_EXIT_FAILED;
     ssize_t sl = readlink("/proc/self/exe", L->self, sizeof(L->self) - 1);
     if (sl <= 0) {
         fprintf(stderr, "zps launch: cannot find this program: %s\n", strerror(errno));
@@ -1999,19 +1041,19 @@ int zps_cmd_launch(int argc, char **argv)
                     sizeof(L->server_bin))) {
         fprintf(stderr, "zps launch: cannot find zps-server %s (give --server-bin)\n",
                 o.server_bin ? o.server_bin : "beside this zps or in PATH");
-        ex = EXIT_USAGE;
+        ex = ZPS_LAUNCH_EXIT_USAGE;
         goto out;
     }
     if (find_binary(o.worker_bin, "ZPS_WORKER_BIN", self_dir, wrel, "zps-worker", L->worker_bin,
                     sizeof(L->worker_bin))) {
         fprintf(stderr, "zps launch: cannot find zps-worker %s (give --worker-bin)\n",
                 o.worker_bin ? o.worker_bin : "beside this zps or in PATH");
-        ex = EXIT_USAGE;
+        ex = ZPS_LAUNCH_EXIT_USAGE;
         goto out;
     }
     if ((ex = make_run_dir(L)) != 0)
         goto out;
-    ex = EXIT_FAILED;
+    ex = ZPS_LAUNCH_EXIT_FAILED;
     if (zps_runstats_new(o.workers, o.servers, &L->rs) != 0)
         goto out;
     L->servers = calloc(o.servers, sizeof(child_t));
@@ -2030,12 +1072,12 @@ int zps_cmd_launch(int argc, char **argv)
     if (cmds) {
         fprintf(cmds, "# zps launch, run from %s\n",
                 getcwd(self_dir, sizeof(self_dir)) ? self_dir : "?");
-        strvec_t me = {0};
-        sv_push(&me, L->self);
+        zps_argv_t me = {0};
+        zps_argv_push(&me, L->self);
         for (int i = 0; i < argc; i++)
-            sv_push(&me, argv[i]);
-        write_command(cmds, &me);
-        sv_free(&me);
+            zps_argv_push(&me, argv[i]);
+        zps_argv_write(cmds, &me);
+        zps_argv_free(&me);
         fclose(cmds);
     }
     L->stats_file = open_in_run(L, "stats.jsonl", "w");
@@ -2067,11 +1109,11 @@ out:
         fclose(L->stats_file);
     zps_client_free(L->client);
     for (uint32_t i = 0; L->servers && i < o.servers; i++) {
-        sv_free(&L->servers[i].argv);
+        zps_argv_free(&L->servers[i].argv);
         tail_close(&L->servers[i].log);
     }
     for (uint32_t i = 0; L->workers && i < kids(L); i++) {
-        sv_free(&L->workers[i].argv);
+        zps_argv_free(&L->workers[i].argv);
         tail_close(&L->workers[i].log);
         tail_close(&L->workers[i].metrics);
     }
@@ -2081,6 +1123,6 @@ out:
     free(L->stats_rc);
     zps_runstats_free(L->rs);
     free(L);
-    options_free(&o);
+    zps_launch_opts_free(&o);
     return ex;
 }

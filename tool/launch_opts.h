@@ -1,0 +1,84 @@
+/*
+ * launch_opts.h - zps launch's command line: its own flags into a
+ * zps_launch_opts_t, the flags it hands on unchanged to every server or
+ * worker, --straggler RANKS:KEY=VALUE, and the check of every value a child
+ * will be handed, made before anything is created or started so that a bad
+ * one is refused in one line (exit 2) rather than by W workers' usages.
+ *
+ * A worker's values are judged with zps-worker's own tables (worker_flags.h,
+ * straggler_flags.h), a server's optimizer flags with zps-server's
+ * (opt_flags.h), so launch and the children refuse the same values in the
+ * same words.
+ *
+ * Not here: the default recipe filled in for what the user left unsaid
+ * (launch_plan.h), running anything (launch.c). Nothing here starts a
+ * process or touches the file system; the functions print to stdout (help)
+ * and stderr (usage errors) only. Main thread of zps launch.
+ */
+#ifndef ZPS_LAUNCH_OPTS_H
+#define ZPS_LAUNCH_OPTS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "launch_argv.h"
+#include "straggler.h"
+
+/* zps launch's exit statuses besides 0 (see launch.h). */
+enum { ZPS_LAUNCH_EXIT_FAILED = 1, ZPS_LAUNCH_EXIT_USAGE = 2 };
+
+#define ZPS_LAUNCH_MAX_TARGETS 8
+#define ZPS_LAUNCH_MAX_STRAGGLERS 16
+
+/* One --straggler: the ranks, and the worker flags they get. */
+typedef struct zps_launch_straggler {
+    zps_rank_set_t ranks;
+    zps_argv_t flags; /* worker flags, e.g. "--slowdown", "4" */
+} zps_launch_straggler_t;
+
+typedef struct zps_launch_opts {
+    uint32_t servers, workers;
+    const char *mode; /* "bsp", "ssp" or "asp" */
+    uint32_t staleness, backup;
+    const char *lr_staleness;
+    const char *name;
+    const char *runs_dir;
+    double targets[ZPS_LAUNCH_MAX_TARGETS];
+    size_t target_count;
+    double time_limit_s; /* 0: none */
+    bool quiet;
+    bool progress;
+    double progress_every_s;
+    const char *server_bin, *worker_bin;
+    zps_argv_t server_args, worker_args; /* handed to every server, every worker */
+    bool have_eval_every;
+    zps_launch_straggler_t specs[ZPS_LAUNCH_MAX_STRAGGLERS];
+    size_t spec_count;
+} zps_launch_opts_t;
+
+/*
+ * Reads `zps launch` flags (argv[0] = "launch") into *o, which it
+ * initialises; the strings of o point into argv. Returns 0, -1 after
+ * printing --help to stdout, or an exit status (ZPS_LAUNCH_EXIT_USAGE after
+ * one line and a hint on stderr; ZPS_LAUNCH_EXIT_FAILED out of memory).
+ * Whatever it returns, zps_launch_opts_free(o) releases o. Uses getopt_long:
+ * main thread only.
+ */
+int zps_launch_opts_parse(int argc, char **argv, zps_launch_opts_t *o);
+
+/* Frees what zps_launch_opts_parse (and zps_launch_plan) allocated in o. */
+void zps_launch_opts_free(zps_launch_opts_t *o);
+
+/*
+ * Checks every value launch will hand to its servers and workers, each
+ * worker with the straggler flags of its rank. Returns 0, or prints one line
+ * naming the bad value on stderr and returns ZPS_LAUNCH_EXIT_USAGE. Creates
+ * and starts nothing.
+ */
+int zps_launch_opts_check(const zps_launch_opts_t *o);
+
+/* True if `name` (without "--") is one of zps-server's optimizer flags. */
+bool zps_launch_is_optimizer_flag(const char *name);
+
+#endif

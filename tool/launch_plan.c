@@ -1,0 +1,111 @@
+/*
+ * launch_plan.c - zps launch's default recipe; see launch_plan.h.
+ */
+#include "launch_plan.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "data.h"
+#include "parse.h"
+
+/*
+ * zps launch's default recipe, chosen so that the shortest command trains a
+ * good model (docs/launch.md shows the runs that chose it): batch 32 per
+ * worker, 6 epochs, momentum 0.9 with a cosine schedule over the run's
+ * optimizer steps, and a learning rate of 0.05 per 128 examples in a step
+ * (linear scaling: BSP steps on W*b examples, BSP with B backups on (W-B)*b,
+ * SSP and ASP on one worker's b). Each part applies only when the user gave
+ * nothing for it: any optimizer flag replaces the whole optimizer recipe.
+ */
+#define RECIPE_BATCH 32
+#define RECIPE_EPOCHS 6
+#define RECIPE_MOMENTUM "0.9"
+#define RECIPE_LR_PER_EXAMPLE (0.05 / 128.0)
+
+static bool any_optimizer_flag(const zps_argv_t *args)
+{
+    char name[64];
+    for (size_t i = 0; i < args->n; i++) {
+        bool missing;
+        if (strncmp(args->v[i], "--", 2) == 0 &&
+            (zps_argv_flag(args, &(size_t){i}, name, sizeof(name), false, &missing),
+             zps_launch_is_optimizer_flag(name)))
+            return true;
+    }
+    return false;
+}
+
+/* Needs the number of training examples (read from the data's header, not
+ * loaded) to turn epochs into clocks. */
+int zps_launch_plan(zps_launch_opts_t *o)
+{
+    zps_argv_t *wa = &o->worker_args, *sa = &o->server_args;
+    const char *bv = zps_argv_last_value(wa, "batch"), *ev = zps_argv_last_value(wa, "epochs");
+    const char *kv = zps_argv_last_value(wa, "clocks"), *data = zps_argv_last_value(wa, "data");
+    const char *dir = zps_argv_last_value(wa, "data-dir");
+    uint64_t batch = RECIPE_BATCH, epochs = RECIPE_EPOCHS, clocks = 0, n = 0;
+    int bad = 0;
+    if (bv)
+        zps_parse_u64(bv, &batch); /* checked by zps_launch_opts_check */
+    else
+        bad |= zps_argv_push(wa, "--batch") || zps_argv_pushf(wa, "%d", RECIPE_BATCH);
+    if (ev)
+        zps_parse_u64(ev, &epochs);
+    if (kv)
+        zps_parse_u64(kv, &clocks);
+    else if (!ev)
+        bad |= zps_argv_push(wa, "--epochs") || zps_argv_pushf(wa, "%d", RECIPE_EPOCHS);
+    char err[512];
+    if (zps_dataset_train_size(data ? data : "fashion-mnist", dir ? dir : ZPS_FASHION_MNIST_DIR, &n,
+                               err, sizeof(err)) != 0) {
+        fprintf(stderr, "zps launch: %s\n", err);
+        return ZPS_LAUNCH_EXIT_USAGE;
+    }
+    if (n < o->workers) {
+        fprintf(stderr, "zps launch: %llu training examples cannot be split among %u workers\n",
+                (unsigned long long)n, o->workers);
+        return ZPS_LAUNCH_EXIT_USAGE;
+    }
+    /* The partition rule of worker/data.h: S = ceil(floor(N/W) / b). */
+    uint64_t steps = (n / o->workers + batch - 1) / batch;
+    if (!kv)
+        clocks = epochs * steps;
+    if (!o->have_eval_every) {
+        uint64_t every = steps / 2 ? steps / 2 : 1;
+        bad |= zps_argv_push(wa, "--eval-every") ||
+               zps_argv_pushf(wa, "%llu", (unsigned long long)every);
+        o->have_eval_every = true;
+    }
+    char recipe[256] = "";
+    if (!any_optimizer_flag(sa)) {
+        bool on_arrival = strcmp(o->mode, "bsp") != 0;
+        uint64_t per_step = on_arrival ? batch : (uint64_t)(o->workers - o->backup) * batch;
+        uint64_t steps_total = on_arrival ? clocks * o->workers : clocks;
+        double lr = RECIPE_LR_PER_EXAMPLE * (double)per_step;
+        bad |= zps_argv_push(sa, "--optimizer") || zps_argv_push(sa, "momentum") ||
+               zps_argv_push(sa, "--momentum") || zps_argv_push(sa, RECIPE_MOMENTUM) ||
+               zps_argv_push(sa, "--lr") || zps_argv_pushf(sa, "%.6g", lr) ||
+               zps_argv_push(sa, "--schedule") || zps_argv_push(sa, "cosine") ||
+               zps_argv_push(sa, "--cosine-steps") ||
+               zps_argv_pushf(sa, "%llu", (unsigned long long)(steps_total ? steps_total : 1));
+        snprintf(recipe, sizeof(recipe),
+                 "; momentum %s, lr %.6g (%llu examples a step), cosine over %llu steps",
+                 RECIPE_MOMENTUM, lr, (unsigned long long)per_step,
+                 (unsigned long long)steps_total);
+    }
+    if (bad) {
+        fprintf(stderr, "zps launch: out of memory\n");
+        return ZPS_LAUNCH_EXIT_FAILED;
+    }
+    const char *every = zps_argv_last_value(wa, "eval-every");
+    fprintf(stderr,
+            "zps launch: batch %llu per worker, %llu clocks (%.2f epochs of %llu steps)%s; "
+            "evaluation every %s clocks%s\n",
+            (unsigned long long)batch, (unsigned long long)clocks,
+            steps ? (double)clocks / (double)steps : 0.0, (unsigned long long)steps, recipe,
+            every ? every : "?",
+            recipe[0] ? " (the default recipe: any optimizer flag replaces it)" : "");
+    return 0;
+}
