@@ -18,8 +18,10 @@
  * the order of calls, or on the other settings: the same seed gives every
  * mode of a study the same straggler events.
  *
- * Not here: sleeping and timing (trainer.c), flags (worker_main.c). No I/O, no
- * allocation; a config is plain data and may be shared between threads.
+ * Not here: sleeping and timing (trainer.c), the flags that fill a config
+ * (straggler_flags.h). No I/O, no allocation; a config is plain data and may
+ * be shared between threads, and every function here may be called from any
+ * thread.
  */
 #ifndef ZPS_STRAGGLER_H
 #define ZPS_STRAGGLER_H
