@@ -4,6 +4,8 @@
  * The waiting pulls are a small array kept in arrival order: at most
  * max_pending per worker plus as many for observers, so a linear scan after
  * each event costs less than the message that caused it.
+ *
+ * Not here: anything that touches parameters, sockets, files or the clock.
  */
 #include "consistency.h"
 
@@ -59,7 +61,7 @@ const char *zps_mode_name(zps_mode_t mode)
     return (unsigned)mode < 3 ? mode_names[mode] : "?";
 }
 
-int zps_consistency_new(const zps_consistency_config_t *cfg, zps_consistency_t **out, char *why, size_t why_size)
+int zps_consistency_check_config(const zps_consistency_config_t *cfg, char *why, size_t why_size)
 {
     const char *bad = NULL;
     if (cfg->workers < 1 || cfg->workers > 65536)
@@ -77,6 +79,15 @@ int zps_consistency_new(const zps_consistency_config_t *cfg, zps_consistency_t *
             snprintf(why, why_size, "%s", bad);
         return ZPS_EINVAL;
     }
+    return 0;
+}
+
+int zps_consistency_new(const zps_consistency_config_t *cfg, zps_consistency_t **out, char *why,
+                        size_t why_size)
+{
+    int rc = zps_consistency_check_config(cfg, why, why_size);
+    if (rc)
+        return rc;
 
     zps_consistency_t *st = calloc(1, sizeof(*st));
     if (!st)
@@ -126,6 +137,37 @@ bool zps_consistency_initialized(const zps_consistency_t *st)
     return st->initialized;
 }
 
+int zps_consistency_check_worker(const zps_consistency_t *st, int64_t w, bool observer_ok,
+                                 char *why, size_t why_size)
+{
+    if ((w >= 0 && w < (int64_t)st->cfg.workers) || (observer_ok && w == -1))
+        return 0;
+    zps_set_reason(why, why_size, "worker %lld is not in [0, %u)%s", (long long)w, st->cfg.workers,
+                   observer_ok ? " (or -1 for an observer)" : "");
+    return ZPS_EWORKER;
+}
+
+int zps_consistency_check_push(const zps_consistency_t *st, uint64_t t, char *why, size_t why_size)
+{
+    if (st->initialized)
+        return 0;
+    zps_set_reason(why, why_size, "push at clock %llu before the model was initialised",
+                   (unsigned long long)t);
+    return ZPS_ENOTINIT;
+}
+
+/* The factor of the learning rate for a push applied with update staleness u. */
+static double lr_scale(zps_lr_scaling_t rule, uint64_t u)
+{
+    return rule == ZPS_LR_SCALING_INVERSE ? 1.0 / (1.0 + (double)u) : 1.0;
+}
+
+/* Updates between version `based_on` and version v (0 if based_on is not older). */
+static uint64_t update_staleness(uint64_t v, uint64_t based_on)
+{
+    return v > based_on ? v - based_on : 0;
+}
+
 uint64_t zps_consistency_min_clock(const zps_consistency_t *st)
 {
     uint64_t m = NO_CLOCK;
@@ -159,20 +201,15 @@ static uint32_t step_quorum(const zps_consistency_t *st)
 }
 
 int zps_consistency_push(zps_consistency_t *st, uint32_t w, uint64_t t, uint64_t based_on,
-                   zps_push_decision_t *out, char *why, size_t why_size)
+                         zps_push_decision_t *out, char *why, size_t why_size)
 {
-    if (w >= st->cfg.workers) {
-        zps_set_reason(why, why_size, "worker %u is not in [0, %u)", w, st->cfg.workers);
-        return ZPS_EWORKER;
-    }
-    if (!st->initialized) {
-        zps_set_reason(why, why_size, "push at clock %llu before the model was initialised",
-                       (unsigned long long)t);
-        return ZPS_ENOTINIT;
-    }
+    int rc = zps_consistency_check_worker(st, w, false, why, why_size);
+    if (rc == 0)
+        rc = zps_consistency_check_push(st, t, why, why_size);
+    if (rc)
+        return rc;
     if (t < st->pushed[w]) {
-        out->action = ZPS_PUSH_RETRY;
-        out->staleness = 0;
+        *out = (zps_push_decision_t){ZPS_PUSH_RETRY, 0, 1.0};
         return 0;
     }
     if (t > st->pushed[w]) {
@@ -183,9 +220,9 @@ int zps_consistency_push(zps_consistency_t *st, uint32_t w, uint64_t t, uint64_t
     }
 
     if (st->cfg.mode != ZPS_MODE_BSP) {
+        uint64_t u = update_staleness(st->version, based_on);
+        *out = (zps_push_decision_t){ZPS_PUSH_APPLY, u, lr_scale(st->cfg.lr_scaling, u)};
         st->pushed[w] = t + 1;
-        out->action = ZPS_PUSH_APPLY;
-        out->staleness = st->version > based_on ? st->version - based_on : 0;
         st->version++;
         return 0;
     }
@@ -198,19 +235,21 @@ int zps_consistency_push(zps_consistency_t *st, uint32_t w, uint64_t t, uint64_t
         return ZPS_ECLOCK;
     }
     st->pushed[w] = t + 1;
-    out->staleness = 0;
     if (t < st->version || st->step_taken) {
         st->dropped[w]++;
-        out->action = ZPS_PUSH_DROP;
+        *out = (zps_push_decision_t){ZPS_PUSH_DROP, 0, 1.0};
         return 0;
     }
+    /* A buffered push is applied by the step from version t (= v now) to
+     * t + 1, so its update staleness is known already. */
     st->slot_clock[w] = t;
     st->filled++;
-    out->action = ZPS_PUSH_BUFFER;
+    *out = (zps_push_decision_t){ZPS_PUSH_BUFFER, update_staleness(st->version, based_on), 1.0};
     return 0;
 }
 
-bool zps_consistency_step_due(zps_consistency_t *st, uint64_t *clock, uint32_t *ranks, uint32_t *count)
+bool zps_consistency_step_due(zps_consistency_t *st, uint64_t *clock, uint32_t *ranks,
+                              uint32_t *count)
 {
     if (st->cfg.mode != ZPS_MODE_BSP || st->step_taken || st->filled == 0 ||
         st->filled < step_quorum(st))
@@ -246,8 +285,10 @@ static bool pull_ready(const zps_consistency_t *st, int32_t w, uint64_t t)
     switch (st->cfg.mode) {
     case ZPS_MODE_BSP:
         return st->version >= t;
-    case ZPS_MODE_SSP:
-        return t <= st->cfg.staleness || zps_consistency_min_clock(st) >= t - st->cfg.staleness;
+    case ZPS_MODE_SSP: {
+        uint64_t bound = st->cfg.staleness;
+        return t <= bound || zps_consistency_min_clock(st) >= t - bound;
+    }
     case ZPS_MODE_ASP:
         return true;
     }
@@ -301,14 +342,13 @@ static int park(zps_consistency_t *st, int32_t w, bool observe, uint64_t t, uint
     return 0;
 }
 
-int zps_consistency_pull(zps_consistency_t *st, int32_t w, uint64_t t, uint64_t request_id, uint64_t token,
-                   zps_pull_result_t *out, uint64_t *existing, char *why, size_t why_size)
+int zps_consistency_pull(zps_consistency_t *st, int32_t w, uint64_t t, uint64_t request_id,
+                         uint64_t token, zps_pull_result_t *out, uint64_t *existing, char *why,
+                         size_t why_size)
 {
-    if (w < -1 || (w >= 0 && (uint32_t)w >= st->cfg.workers)) {
-        zps_set_reason(why, why_size, "worker %d is not in [0, %u) (or -1 for an observer)", w,
-                       st->cfg.workers);
-        return ZPS_EWORKER;
-    }
+    int rc = zps_consistency_check_worker(st, w, true, why, why_size);
+    if (rc)
+        return rc;
     if (w >= 0 && t > st->pushed[w]) {
         zps_set_reason(why, why_size,
                        "pull for clock %llu skips ahead: this worker's next push is for clock %llu",
@@ -323,7 +363,7 @@ int zps_consistency_pull(zps_consistency_t *st, int32_t w, uint64_t t, uint64_t 
 }
 
 int zps_consistency_observe(zps_consistency_t *st, uint64_t t, uint64_t request_id, uint64_t token,
-                      zps_pull_result_t *out, uint64_t *existing, char *why, size_t why_size)
+                            zps_pull_result_t *out, uint64_t *existing, char *why, size_t why_size)
 {
     if (model_of_clock_ready(st, t)) {
         *out = ZPS_PULL_READY;
@@ -401,13 +441,20 @@ size_t zps_consistency_pending(const zps_consistency_t *st)
     return st->nwaiting;
 }
 
-const zps_consistency_config_t *zps_consistency_config(const zps_consistency_t *st)
+uint64_t zps_consistency_snapshot(const zps_consistency_t *st, uint64_t *pushed, bool *live,
+                                  uint64_t *dropped)
 {
-    return &st->cfg;
+    for (uint32_t w = 0; w < st->cfg.workers; w++) {
+        uint64_t p = st->pushed[w];
+        pushed[w] = st->cfg.mode == ZPS_MODE_BSP && p > st->version ? st->version : p;
+        live[w] = st->live[w];
+        dropped[w] = st->dropped[w];
+    }
+    return st->version;
 }
 
 void zps_consistency_restore(zps_consistency_t *st, uint64_t version, const uint64_t *pushed,
-                       const bool *live, const uint64_t *dropped)
+                             const bool *live, const uint64_t *dropped)
 {
     st->initialized = true;
     st->version = version;

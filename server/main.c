@@ -106,8 +106,7 @@ static const struct option options[] = {
 
 static int bad_flag(const char *flag, const char *value, const char *expect)
 {
-    fprintf(stderr, "zps-server: invalid %s '%s': expected %s\n", flag, value ? value : "",
-            expect);
+    fprintf(stderr, "zps-server: invalid %s '%s': expected %s\n", flag, value ? value : "", expect);
     fprintf(stderr, "Try 'zps-server --help'.\n");
     return 2;
 }
@@ -137,7 +136,7 @@ int main(int argc, char **argv)
         case OPT_WORKERS:
             if (zps_parse_long(a, 1, 65536, &l))
                 return bad_flag("--workers", a, "an integer in [1, 65536]");
-            cfg.stale.workers = (uint32_t)l;
+            cfg.consistency.workers = (uint32_t)l;
             have_workers = true;
             break;
         case OPT_ENDPOINT_FILE:
@@ -147,29 +146,29 @@ int main(int argc, char **argv)
             cfg.insecure = true;
             break;
         case OPT_MODE:
-            if (zps_mode_parse(a, &cfg.stale.mode))
+            if (zps_mode_parse(a, &cfg.consistency.mode))
                 return bad_flag("--mode", a, "bsp, ssp or asp");
             break;
         case OPT_STALENESS:
             if (zps_parse_long(a, 0, 1000000, &l))
                 return bad_flag("--staleness", a, "an integer in [0, 1000000]");
-            cfg.stale.staleness = (uint32_t)l;
+            cfg.consistency.staleness = (uint32_t)l;
             break;
         case OPT_BACKUP:
             if (zps_parse_long(a, 0, 65535, &l))
                 return bad_flag("--backup-workers", a, "an integer in [0, 65535]");
-            cfg.stale.backup = (uint32_t)l;
+            cfg.consistency.backup = (uint32_t)l;
             break;
         case OPT_MAX_PENDING:
             if (zps_parse_long(a, 1, 1024, &l))
                 return bad_flag("--max-pending-pulls", a, "an integer in [1, 1024]");
-            cfg.stale.max_pending = (uint32_t)l;
+            cfg.consistency.max_pending = (uint32_t)l;
             break;
         case OPT_LR_STALENESS:
             if (strcmp(a, "none") == 0)
-                cfg.lr_staleness = ZPS_LR_STALENESS_NONE;
+                cfg.consistency.lr_scaling = ZPS_LR_SCALING_NONE;
             else if (strcmp(a, "inverse") == 0)
-                cfg.lr_staleness = ZPS_LR_STALENESS_INVERSE;
+                cfg.consistency.lr_scaling = ZPS_LR_SCALING_INVERSE;
             else
                 return bad_flag("--lr-staleness", a, "none or inverse");
             break;
@@ -237,20 +236,16 @@ int main(int argc, char **argv)
         return 2;
     }
     cfg.opt = optf.cfg;
-    if (cfg.stale.backup >= cfg.stale.workers) {
-        fprintf(stderr, "zps-server: --backup-workers must be less than --workers\n");
+    if (zps_consistency_check_config(&cfg.consistency, why, sizeof(why)) != 0) {
+        fprintf(stderr, "zps-server: %s\n", why);
         return 2;
     }
-    if (cfg.stale.backup > 0 && cfg.stale.mode != ZPS_MODE_BSP) {
-        fprintf(stderr, "zps-server: --backup-workers applies to --mode bsp only\n");
-        return 2;
-    }
-    if (cfg.lr_staleness != ZPS_LR_STALENESS_NONE && cfg.stale.mode == ZPS_MODE_BSP) {
+    if (cfg.consistency.lr_scaling != ZPS_LR_SCALING_NONE && cfg.consistency.mode == ZPS_MODE_BSP) {
         fprintf(stderr, "zps-server: --lr-staleness applies to pushes applied on arrival "
                         "(--mode ssp or asp); BSP steps are never stale\n");
         return 2;
     }
-    if (cfg.stale.staleness > 0 && cfg.stale.mode != ZPS_MODE_SSP) {
+    if (cfg.consistency.staleness > 0 && cfg.consistency.mode != ZPS_MODE_SSP) {
         fprintf(stderr, "zps-server: --staleness applies to --mode ssp only\n");
         return 2;
     }

@@ -1,19 +1,26 @@
 /*
  * server.h - zps-server's daemon: one shard behind a ZeroMQ ROUTER socket,
- * driven by a libuv loop.
+ * driven by a libuv loop. The public face of server/: a configuration and
+ * the call that runs the shard.
+ *
+ * The loop (server.c) polls the socket's file descriptor, decodes each
+ * request (common/wire.c) and hands it to its handler (handlers.c), which
+ * asks the consistency rules (consistency/consistency.c) what to do, carries
+ * out their decision on the store (store.c) and replies (reply.c). SIGINT
+ * and SIGTERM stop it cleanly: waiting pulls are answered with
+ * ZPS_ESHUTDOWN, the socket is closed with a linger, the loop ends.
  *
  * Checkpoints (checkpoint/checkpoint.c has the format) are written every
  * checkpoint_every versions, on SIGTERM and on a CHECKPOINT request: the loop
  * copies the shard's state, a threadpool thread writes and syncs it, and the
- * result comes back to the loop. Under BSP a checkpoint is taken between
- * steps and records pushed[w] clamped to the version: a push buffered for
- * the step in progress is not saved, and its worker pushes it again.
+ * result comes back to the loop (ckpt_queue.c). Under BSP a checkpoint
+ * records pushed[w] clamped to the version (zps_consistency_snapshot): a
+ * push buffered for the step in progress is not saved, and its worker
+ * pushes it again. Every optimizer step, BSP's included, runs on the loop's
+ * thread.
  *
- * The loop polls the socket's file descriptor, decodes each request
- * (common/wire.c), asks the staleness controller (staleness.c) what to do,
- * carries out its decisions on the store (store.c) and replies. SIGINT and
- * SIGTERM stop it cleanly: waiting pulls are answered with ZPS_ESHUTDOWN,
- * the socket is closed with a linger, the loop ends.
+ * Not here: the command line (main.c), the daemon's internal state
+ * (daemon.h).
  */
 #ifndef ZPS_SERVER_H
 #define ZPS_SERVER_H
@@ -24,31 +31,24 @@
 #include "optimizer.h"
 #include "consistency.h"
 
-/* How pushes applied on arrival (SSP, ASP) scale the learning rate. */
-typedef enum zps_lr_staleness {
-    ZPS_LR_STALENESS_NONE = 0,    /* every push at the configured rate */
-    ZPS_LR_STALENESS_INVERSE = 1, /* lr / (1 + staleness), after Zhang et al. 2016 */
-} zps_lr_staleness_t;
-
 typedef struct zps_server_config {
     const char *listen;        /* ZeroMQ endpoint to bind, e.g. tcp://127.0.0.1:7100 */
     const char *endpoint_file; /* if set, the bound endpoint is written there once listening */
     uint32_t shard_index;      /* this is shard I ... */
     uint32_t shard_count;      /* ... of S */
-    zps_consistency_config_t stale;
+    zps_consistency_config_t consistency; /* mode, W, SSP bound, backups, lr scaling */
     zps_opt_config_t opt;
-    zps_lr_staleness_t lr_staleness;
-    const char *checkpoint_dir;  /* where checkpoints go; NULL: none */
-    uint64_t checkpoint_every;   /* also write one whenever the version is a multiple; 0: never */
-    unsigned checkpoint_keep;    /* newest checkpoints kept per shard (>= 1) */
-    bool resume;                 /* start from the newest valid checkpoint in checkpoint_dir */
-    const char *resume_from;     /* start from this checkpoint file */
+    const char *checkpoint_dir; /* where checkpoints go; NULL: none */
+    uint64_t checkpoint_every;  /* also write one whenever the version is a multiple; 0: never */
+    unsigned checkpoint_keep;   /* newest checkpoints kept per shard (>= 1) */
+    bool resume;                /* start from the newest valid checkpoint in checkpoint_dir */
+    const char *resume_from;    /* start from this checkpoint file */
     uint64_t worker_timeout_ms; /* evict a worker silent this long; 0: never */
-    bool insecure;             /* allow a non-loopback endpoint without encryption */
+    bool insecure;              /* allow a non-loopback endpoint without encryption */
     uint64_t max_message_bytes; /* larger inbound messages make ZeroMQ drop the peer */
 } zps_server_config_t;
 
-/* Defaults: tcp://127.0.0.1:7100, shard 0/1, BSP, SGD. `workers` must still be set. */
+/* Defaults: tcp://127.0.0.1:7100, shard 0/1, BSP, SGD. `consistency.workers` must still be set. */
 void zps_server_config_default(zps_server_config_t *cfg);
 
 /*
@@ -58,8 +58,10 @@ void zps_server_config_default(zps_server_config_t *cfg);
 bool zps_endpoint_is_local(const char *endpoint);
 
 /*
- * Runs the shard until SIGINT or SIGTERM. Blocks. Returns 0 after a clean
- * shutdown, or a ZPS_E* code when it could not start (the reason is logged).
+ * Runs the shard until SIGINT or SIGTERM, on the calling thread (which must
+ * be the process's only user of those signals). Blocks. cfg is borrowed for
+ * the whole run. Returns 0 after a clean shutdown, or a ZPS_E* code when it
+ * could not start (the reason is logged).
  */
 int zps_server_run(const zps_server_config_t *cfg);
 

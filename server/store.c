@@ -23,7 +23,7 @@ void zps_store_fini(zps_store_t *s)
     zps_store_init(s);
 }
 
-/* 64-byte aligned, never NULL for a zero length so "initialised" is unambiguous. */
+/* 64-byte aligned, never NULL for a zero length: a store with a model has params. */
 static float *alloc_floats(size_t n)
 {
     size_t bytes = (n * sizeof(float) + 63) & ~(size_t)63;
@@ -48,7 +48,6 @@ int zps_store_set(zps_store_t *s, uint64_t total, zps_range_t range, const float
     if (len)
         memcpy(params, values, len * sizeof(float));
     zps_store_fini(s);
-    s->initialized = true;
     s->total = total;
     s->range = range;
     s->len = len;

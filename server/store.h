@@ -5,7 +5,12 @@
  * The store owns the shard's slice of the model (64-byte aligned), the
  * optimizer beside it, and one block of scratch for BSP's aggregated gradient.
  * It knows nothing of sockets or clocks: the server decides when a step
- * happens, the store computes it.
+ * happens, the store computes it, on the calling thread (the loop's).
+ *
+ * Not here: whether the model is initialised (the consistency module keeps
+ * that one record; an empty store has params == NULL), the optimizer's
+ * formulas (optimizer/optimizer.h), the mean's arithmetic (optimizer/mean.h).
+ * Not thread-safe; no call blocks, and only zps_store_set allocates.
  */
 #ifndef ZPS_STORE_H
 #define ZPS_STORE_H
@@ -26,7 +31,6 @@
 #define ZPS_STORE_BLOCK 2048
 
 typedef struct zps_store {
-    bool initialized;
     uint64_t total;    /* N, elements in the whole model */
     zps_range_t range; /* the slice this shard owns */
     size_t len;        /* range length */
@@ -35,8 +39,9 @@ typedef struct zps_store {
     zps_optimizer_t *opt;
 } zps_store_t;
 
-/* An empty, uninitialised store. */
+/* An empty store (no model, params NULL). */
 void zps_store_init(zps_store_t *s);
+/* Frees what the store holds and leaves it empty. */
 void zps_store_fini(zps_store_t *s);
 
 /*
@@ -47,7 +52,10 @@ void zps_store_fini(zps_store_t *s);
 int zps_store_set(zps_store_t *s, uint64_t total, zps_range_t range, const float *values,
                   const zps_opt_config_t *cfg);
 
-/* One optimizer step with gradient grad[len] (any gradient: a worker's or a mean). */
+/*
+ * One optimizer step with gradient grad[len] (any gradient: a worker's or a
+ * mean), at lr_scale times the scheduled learning rate. Needs a model.
+ */
 void zps_store_apply(zps_store_t *s, const float *grad, double lr_scale);
 
 /*

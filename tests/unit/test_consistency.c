@@ -20,15 +20,18 @@
 #include "consistency.h"
 
 enum op {
-    PUSH,   /* a = worker, b = clock, expect = action or error */
-    PULL,   /* a = worker, b = clock, c = token, expect = READY/QUEUED/DUP or error */
-    READY,  /* tokens expected to come out of take_ready now (c = count, list in toks) */
-    STEP,   /* a BSP step must be due for clock b with `c` ranks (list in toks); it is done */
-    NOSTEP, /* no BSP step may be due */
-    EVICT,  /* a = worker */
-    REJOIN, /* a = worker, b = expected clock */
-    VER,    /* b = expected version, c = expected min_clock */
+    PUSH,    /* a = worker, b = clock, expect = action or error */
+    PULL,    /* a = worker, b = clock, c = token, expect = READY/QUEUED/DUP or error */
+    READY,   /* tokens expected to come out of take_ready now (c = count, list in toks) */
+    STEP,    /* a BSP step must be due for clock b with `c` ranks (list in toks); it is done */
+    NOSTEP,  /* no BSP step may be due */
+    EVICT,   /* a = worker */
+    REJOIN,  /* a = worker, b = expected clock */
+    VER,     /* b = expected version, c = expected min_clock */
     OBSERVE, /* an observer asks for the model of clock b, token c; expect as PULL */
+    PUSHU,   /* push by worker a at clock b computed on version c; expect = action;
+              * toks[0] = its update staleness, toks[1] = 1 / its lr scale */
+    CKPT,    /* what a checkpoint records: version b, pushed[] of a workers in toks */
     END,
 };
 
@@ -49,14 +52,20 @@ typedef struct step {
     int toks[8];
 } step_t;
 
-static zps_consistency_t *make(zps_mode_t mode, uint32_t w, uint32_t s, uint32_t backup)
+static zps_consistency_t *make_lr(zps_mode_t mode, uint32_t w, uint32_t s, uint32_t backup,
+                                  zps_lr_scaling_t lr)
 {
-    zps_consistency_config_t cfg = {mode, w, s, backup, 4};
+    zps_consistency_config_t cfg = {mode, w, s, backup, 4, lr};
     zps_consistency_t *st = NULL;
     char why[128];
     assert_int_equal(zps_consistency_new(&cfg, &st, why, sizeof(why)), 0);
     zps_consistency_set_initialized(st);
     return st;
+}
+
+static zps_consistency_t *make(zps_mode_t mode, uint32_t w, uint32_t s, uint32_t backup)
+{
+    return make_lr(mode, w, s, backup, ZPS_LR_SCALING_NONE);
 }
 
 static void run(zps_consistency_t *st, const step_t *script)
@@ -87,8 +96,8 @@ static void run(zps_consistency_t *st, const step_t *script)
         case PULL: {
             zps_pull_result_t r;
             uint64_t existing = 0;
-            int rc = zps_consistency_pull(st, s->a, s->b, (uint64_t)s->c, (uint64_t)s->c, &r, &existing,
-                                    why, sizeof(why));
+            int rc = zps_consistency_pull(st, s->a, s->b, (uint64_t)s->c, (uint64_t)s->c, &r,
+                                          &existing, why, sizeof(why));
             if (s->expect < 0) {
                 if (rc != s->expect)
                     fail_msg("%s: pull w%d t%llu: expected %s, got %s", where, s->a,
@@ -144,17 +153,18 @@ static void run(zps_consistency_t *st, const step_t *script)
             assert_int_equal(zps_consistency_rejoin(st, (uint32_t)s->a), s->b);
             break;
         case VER:
-            if (zps_consistency_version(st) != s->b || zps_consistency_min_clock(st) != (uint64_t)s->c)
+            if (zps_consistency_version(st) != s->b ||
+                zps_consistency_min_clock(st) != (uint64_t)s->c)
                 fail_msg("%s: version %llu min_clock %llu, expected %llu and %d", where,
                          (unsigned long long)zps_consistency_version(st),
-                         (unsigned long long)zps_consistency_min_clock(st), (unsigned long long)s->b,
-                         s->c);
+                         (unsigned long long)zps_consistency_min_clock(st),
+                         (unsigned long long)s->b, s->c);
             break;
         case OBSERVE: {
             zps_pull_result_t r;
             uint64_t existing = 0;
-            int rc = zps_consistency_observe(st, s->b, (uint64_t)s->c, (uint64_t)s->c, &r, &existing,
-                                       why, sizeof(why));
+            int rc = zps_consistency_observe(st, s->b, (uint64_t)s->c, (uint64_t)s->c, &r,
+                                             &existing, why, sizeof(why));
             if (s->expect < 0 ? rc != s->expect : (rc != 0 || (int)r != s->expect))
                 fail_msg("%s: observe t%llu: rc %s result %d, expected %d", where,
                          (unsigned long long)s->b, zps_errname(rc), rc ? -1 : (int)r, s->expect);
@@ -163,13 +173,53 @@ static void run(zps_consistency_t *st, const step_t *script)
                          (unsigned long long)s->b, (unsigned long long)existing);
             break;
         }
+        case PUSHU: {
+            zps_push_decision_t d;
+            int rc = zps_consistency_push(st, (uint32_t)s->a, s->b, (uint64_t)s->c, &d, why,
+                                          sizeof(why));
+            if (rc != 0)
+                fail_msg("%s: push w%d t%llu failed: %s (%s)", where, s->a,
+                         (unsigned long long)s->b, zps_errname(rc), why);
+            if ((int)d.action != s->expect || d.update_staleness != (uint64_t)s->toks[0] ||
+                d.lr_scale != 1.0 / (double)s->toks[1])
+                fail_msg("%s: push w%d t%llu on v%d: action %d, update staleness %llu, lr scale "
+                         "%g; expected %d, %d, 1/%d",
+                         where, s->a, (unsigned long long)s->b, s->c, d.action,
+                         (unsigned long long)d.update_staleness, d.lr_scale, s->expect, s->toks[0],
+                         s->toks[1]);
+            break;
+        }
+        case CKPT: {
+            uint64_t pushed[8];
+            bool live[8];
+            uint64_t dropped[8];
+            uint64_t v = zps_consistency_snapshot(st, pushed, live, dropped);
+            if (v != s->b)
+                fail_msg("%s: checkpoint of version %llu, expected %llu", where,
+                         (unsigned long long)v, (unsigned long long)s->b);
+            for (int w = 0; w < s->a; w++) {
+                if (pushed[w] != (uint64_t)s->toks[w])
+                    fail_msg("%s: checkpoint records pushed[%d] = %llu, expected %d", where, w,
+                             (unsigned long long)pushed[w], s->toks[w]);
+                if (live[w] != zps_consistency_live(st, (uint32_t)w) ||
+                    dropped[w] != zps_consistency_dropped(st, (uint32_t)w))
+                    fail_msg("%s: checkpoint of worker %d: live or dropped differ", where, w);
+            }
+            break;
+        }
         case END:
             break;
         }
     }
 }
 
-#define E {END, 0, 0, 0, 0, {0}}
+#define E                                                                                          \
+    {                                                                                              \
+        END, 0, 0, 0, 0,                                                                           \
+        {                                                                                          \
+            0                                                                                      \
+        }                                                                                          \
+    }
 
 /* The worked example: four workers, one clock; every pull for clock 1 waits for the step. */
 static void test_bsp_four_workers(void **state)
@@ -233,27 +283,17 @@ static void test_ssp_bound(void **state)
     (void)state;
     zps_consistency_t *st = make(ZPS_MODE_SSP, 2, 2, 0);
     const step_t script[] = {
-        {PULL, 0, 0, 1, RDY_, {0}},
-        {PUSH, 0, 0, 0, APPLY_, {0}},
-        {PULL, 0, 1, 2, RDY_, {0}},
-        {PUSH, 0, 1, 0, APPLY_, {0}},
-        {PULL, 0, 2, 3, RDY_, {0}},
-        {PUSH, 0, 2, 0, APPLY_, {0}},
-        {VER, 0, 3, 0, 0, {0}},
-        {PULL, 0, 3, 4, Q_, {0}},
+        {PULL, 0, 0, 1, RDY_, {0}},   {PUSH, 0, 0, 0, APPLY_, {0}},
+        {PULL, 0, 1, 2, RDY_, {0}},   {PUSH, 0, 1, 0, APPLY_, {0}},
+        {PULL, 0, 2, 3, RDY_, {0}},   {PUSH, 0, 2, 0, APPLY_, {0}},
+        {VER, 0, 3, 0, 0, {0}},       {PULL, 0, 3, 4, Q_, {0}},
         {PULL, 1, 0, 5, RDY_, {0}}, /* the slow worker is never held back */
-        {READY, 0, 0, 0, 0, {0}},
-        {PUSH, 1, 0, 0, APPLY_, {0}},
-        {READY, 0, 0, 1, 0, {4}},
-        {VER, 0, 4, 1, 0, {0}},
-        {PUSH, 0, 3, 0, APPLY_, {0}},
-        {PULL, 0, 4, 6, Q_, {0}}, /* needs min_clock >= 2 */
-        {PUSH, 1, 1, 0, APPLY_, {0}},
-        {READY, 0, 0, 1, 0, {6}},
-        {PUSH, 1, 1, 0, RETRY_, {0}},
-        {PUSH, 1, 3, 0, ZPS_ECLOCK, {0}},
-        {VER, 0, 6, 2, 0, {0}},
-        E,
+        {READY, 0, 0, 0, 0, {0}},     {PUSH, 1, 0, 0, APPLY_, {0}},
+        {READY, 0, 0, 1, 0, {4}},     {VER, 0, 4, 1, 0, {0}},
+        {PUSH, 0, 3, 0, APPLY_, {0}}, {PULL, 0, 4, 6, Q_, {0}}, /* needs min_clock >= 2 */
+        {PUSH, 1, 1, 0, APPLY_, {0}}, {READY, 0, 0, 1, 0, {6}},
+        {PUSH, 1, 1, 0, RETRY_, {0}}, {PUSH, 1, 3, 0, ZPS_ECLOCK, {0}},
+        {VER, 0, 6, 2, 0, {0}},       E,
     };
     run(st, script);
     zps_consistency_free(st);
@@ -265,14 +305,10 @@ static void test_ssp_zero(void **state)
     (void)state;
     zps_consistency_t *st = make(ZPS_MODE_SSP, 3, 0, 0);
     const step_t script[] = {
-        {PUSH, 0, 0, 0, APPLY_, {0}},
-        {PULL, 0, 1, 1, Q_, {0}},
-        {PUSH, 1, 0, 0, APPLY_, {0}},
-        {READY, 0, 0, 0, 0, {0}},
-        {PUSH, 2, 0, 0, APPLY_, {0}},
-        {READY, 0, 0, 1, 0, {1}},
-        {VER, 0, 3, 1, 0, {0}},
-        E,
+        {PUSH, 0, 0, 0, APPLY_, {0}}, {PULL, 0, 1, 1, Q_, {0}},
+        {PUSH, 1, 0, 0, APPLY_, {0}}, {READY, 0, 0, 0, 0, {0}},
+        {PUSH, 2, 0, 0, APPLY_, {0}}, {READY, 0, 0, 1, 0, {1}},
+        {VER, 0, 3, 1, 0, {0}},       E,
     };
     run(st, script);
     zps_consistency_free(st);
@@ -283,15 +319,11 @@ static void test_asp(void **state)
     (void)state;
     zps_consistency_t *st = make(ZPS_MODE_ASP, 2, 0, 0);
     const step_t script[] = {
-        {PULL, 0, 0, 1, RDY_, {0}},
-        {PUSH, 0, 0, 0, APPLY_, {0}},
-        {PUSH, 0, 1, 0, APPLY_, {0}},
-        {PUSH, 0, 2, 0, APPLY_, {0}},
+        {PULL, 0, 0, 1, RDY_, {0}},   {PUSH, 0, 0, 0, APPLY_, {0}},
+        {PUSH, 0, 1, 0, APPLY_, {0}}, {PUSH, 0, 2, 0, APPLY_, {0}},
         {PULL, 0, 3, 2, RDY_, {0}}, /* worker 1 has pushed nothing: no matter */
-        {PUSH, 0, 2, 0, RETRY_, {0}},
-        {PUSH, 0, 5, 0, ZPS_ECLOCK, {0}},
-        {VER, 0, 3, 0, 0, {0}},
-        E,
+        {PUSH, 0, 2, 0, RETRY_, {0}}, {PUSH, 0, 5, 0, ZPS_ECLOCK, {0}},
+        {VER, 0, 3, 0, 0, {0}},       E,
     };
     run(st, script);
     zps_consistency_free(st);
@@ -381,20 +413,11 @@ static void test_ssp_evict_rejoin(void **state)
     (void)state;
     zps_consistency_t *st = make(ZPS_MODE_SSP, 2, 0, 0);
     const step_t script[] = {
-        {PUSH, 0, 0, 0, APPLY_, {0}},
-        {PULL, 0, 1, 1, Q_, {0}},
-        {EVICT, 1, 0, 0, 0, {0}},
-        {READY, 0, 0, 1, 0, {1}},
-        {VER, 0, 1, 1, 0, {0}},
-        {PUSH, 0, 1, 0, APPLY_, {0}},
-        {PUSH, 0, 2, 0, APPLY_, {0}},
-        {VER, 0, 3, 3, 0, {0}},
-        {REJOIN, 1, 3, 0, 0, {0}},
-        {PUSH, 0, 3, 0, APPLY_, {0}},
-        {PULL, 0, 4, 2, Q_, {0}}, /* worker 1 holds it back again */
-        {PUSH, 1, 3, 0, APPLY_, {0}},
-        {READY, 0, 0, 1, 0, {2}},
-        E,
+        {PUSH, 0, 0, 0, APPLY_, {0}}, {PULL, 0, 1, 1, Q_, {0}}, {EVICT, 1, 0, 0, 0, {0}},
+        {READY, 0, 0, 1, 0, {1}},     {VER, 0, 1, 1, 0, {0}},   {PUSH, 0, 1, 0, APPLY_, {0}},
+        {PUSH, 0, 2, 0, APPLY_, {0}}, {VER, 0, 3, 3, 0, {0}},   {REJOIN, 1, 3, 0, 0, {0}},
+        {PUSH, 0, 3, 0, APPLY_, {0}}, {PULL, 0, 4, 2, Q_, {0}}, /* worker 1 holds it back again */
+        {PUSH, 1, 3, 0, APPLY_, {0}}, {READY, 0, 0, 1, 0, {2}}, E,
     };
     run(st, script);
     zps_consistency_free(st);
@@ -403,19 +426,15 @@ static void test_ssp_evict_rejoin(void **state)
 static void test_observer_and_init(void **state)
 {
     (void)state;
-    zps_consistency_config_t cfg = {ZPS_MODE_BSP, 2, 0, 0, 2};
+    zps_consistency_config_t cfg = {ZPS_MODE_BSP, 2, 0, 0, 2, ZPS_LR_SCALING_NONE};
     zps_consistency_t *st;
     assert_int_equal(zps_consistency_new(&cfg, &st, NULL, 0), 0);
     zps_push_decision_t d;
     assert_int_equal(zps_consistency_push(st, 0, 0, 0, &d, NULL, 0), ZPS_ENOTINIT);
     const step_t before[] = {
         {PULL, -1, 7, 1, Q_, {0}}, /* observers see the model at once, once it exists */
-        {PULL, 0, 0, 2, Q_, {0}},
-        {PULL, 0, 0, 2, DUP_, {0}},
-        {PULL, -1, 0, 3, Q_, {0}},
-        {PULL, -1, 0, 4, ZPS_EBUSY, {0}},
-        {READY, 0, 0, 0, 0, {0}},
-        E,
+        {PULL, 0, 0, 2, Q_, {0}},         {PULL, 0, 0, 2, DUP_, {0}}, {PULL, -1, 0, 3, Q_, {0}},
+        {PULL, -1, 0, 4, ZPS_EBUSY, {0}}, {READY, 0, 0, 0, 0, {0}},   E,
     };
     run(st, before);
     zps_consistency_set_initialized(st);
@@ -466,15 +485,9 @@ static void test_observe_clock(void **state)
      * clock 2 waits until worker 1 has pushed clocks 0 and 1 too. */
     st = make(ZPS_MODE_SSP, 2, 2, 0);
     const step_t ssp[] = {
-        {PUSH, 0, 0, 0, APPLY_, {0}},
-        {PUSH, 0, 1, 0, APPLY_, {0}},
-        {PULL, 0, 2, 1, RDY_, {0}},
-        {OBSERVE, 0, 2, 2, Q_, {0}},
-        {PUSH, 1, 0, 0, APPLY_, {0}},
-        {READY, 0, 0, 0, 0, {0}},
-        {PUSH, 1, 1, 0, APPLY_, {0}},
-        {READY, 0, 0, 1, 0, {2}},
-        E,
+        {PUSH, 0, 0, 0, APPLY_, {0}}, {PUSH, 0, 1, 0, APPLY_, {0}}, {PULL, 0, 2, 1, RDY_, {0}},
+        {OBSERVE, 0, 2, 2, Q_, {0}},  {PUSH, 1, 0, 0, APPLY_, {0}}, {READY, 0, 0, 0, 0, {0}},
+        {PUSH, 1, 1, 0, APPLY_, {0}}, {READY, 0, 0, 1, 0, {2}},     E,
     };
     run(st, ssp);
     zps_consistency_free(st);
@@ -500,22 +513,189 @@ static void test_pending_bound(void **state)
     (void)state;
     zps_consistency_t *st = make(ZPS_MODE_BSP, 2, 0, 0);
     const step_t script[] = {
-        {PUSH, 0, 0, 0, BUF_, {0}},
-        {PULL, 0, 1, 1, Q_, {0}},
-        {PULL, 0, 1, 2, Q_, {0}},
-        {PULL, 0, 1, 3, Q_, {0}},
-        {PULL, 0, 1, 4, Q_, {0}},
-        {PULL, 0, 1, 5, ZPS_EBUSY, {0}},
-        {PULL, 0, 1, 4, DUP_, {0}},
-        {PUSH, 1, 0, 0, BUF_, {0}},
-        {STEP, 0, 0, 2, 0, {0, 1}},
-        {READY, 0, 0, 4, 0, {1, 2, 3, 4}},
-        {PULL, 0, 1, 5, RDY_, {0}},
-        E,
+        {PUSH, 0, 0, 0, BUF_, {0}}, {PULL, 0, 1, 1, Q_, {0}},
+        {PULL, 0, 1, 2, Q_, {0}},   {PULL, 0, 1, 3, Q_, {0}},
+        {PULL, 0, 1, 4, Q_, {0}},   {PULL, 0, 1, 5, ZPS_EBUSY, {0}},
+        {PULL, 0, 1, 4, DUP_, {0}}, {PUSH, 1, 0, 0, BUF_, {0}},
+        {STEP, 0, 0, 2, 0, {0, 1}}, {READY, 0, 0, 4, 0, {1, 2, 3, 4}},
+        {PULL, 0, 1, 5, RDY_, {0}}, E,
     };
     run(st, script);
     uint64_t toks[4];
     assert_int_equal(zps_consistency_take_all(st, toks, 4), 0);
+    zps_consistency_free(st);
+}
+
+/*
+ * Update staleness: the updates applied between the version a gradient was
+ * computed on (c) and the version it lands on. With --lr-staleness inverse a
+ * push applied on arrival runs at lr / (1 + u). Every figure below is counted
+ * by hand from the version before the push.
+ */
+static void test_update_staleness_asp_inverse(void **state)
+{
+    (void)state;
+    zps_consistency_t *st = make_lr(ZPS_MODE_ASP, 2, 0, 0, ZPS_LR_SCALING_INVERSE);
+    const step_t script[] = {
+        {PUSHU, 0, 0, 0, APPLY_, {0, 1}}, /* v 0 -> 1, computed on v0: fresh */
+        {PUSHU, 1, 0, 0, APPLY_, {1, 2}}, /* v 1 -> 2, on v0: one update missed, lr/2 */
+        {PUSHU, 1, 1, 0, APPLY_, {2, 3}}, /* v 2 -> 3, still on v0: lr/3 */
+        {PUSHU, 0, 1, 1, APPLY_, {2, 3}}, /* v 3 -> 4, on v1 */
+        {PUSHU, 0, 2, 4, APPLY_, {0, 1}}, /* v 4 -> 5, on v4 */
+        {PUSHU, 0, 2, 0, RETRY_, {0, 1}}, /* a retry is not applied, not scaled */
+        {PUSHU, 1, 2, 9, APPLY_, {0, 1}}, /* a version from the future counts as fresh */
+        {VER, 0, 6, 3, 0, {0}},           E,
+    };
+    run(st, script);
+    zps_consistency_free(st);
+}
+
+/* The same events under SSP without scaling: the same figures, the rate untouched. */
+static void test_update_staleness_ssp_none(void **state)
+{
+    (void)state;
+    zps_consistency_t *st = make(ZPS_MODE_SSP, 2, 3, 0);
+    const step_t script[] = {
+        {PUSHU, 0, 0, 0, APPLY_, {0, 1}}, {PUSHU, 1, 0, 0, APPLY_, {1, 1}},
+        {PUSHU, 1, 1, 0, APPLY_, {2, 1}}, {PUSHU, 0, 1, 1, APPLY_, {2, 1}},
+        {PUSHU, 0, 2, 4, APPLY_, {0, 1}}, E,
+    };
+    run(st, script);
+    zps_consistency_free(st);
+}
+
+/*
+ * BSP: a buffered push's update staleness is that of the step that applies
+ * it (version t to t + 1), never scaled, even when the config asks for it.
+ * With one backup, a worker whose push was dropped pulled the old version:
+ * its next push is one update stale.
+ */
+static void test_update_staleness_bsp(void **state)
+{
+    (void)state;
+    zps_consistency_t *st = make_lr(ZPS_MODE_BSP, 3, 0, 1, ZPS_LR_SCALING_INVERSE);
+    const step_t script[] = {
+        {PUSHU, 0, 0, 0, BUF_, {0, 1}},
+        {PUSHU, 1, 0, 0, BUF_, {0, 1}},
+        {STEP, 0, 0, 2, 0, {0, 1}},
+        {PUSHU, 2, 0, 0, DROP_, {0, 1}}, /* too late for the step of clock 0 */
+        {PUSHU, 2, 1, 0, BUF_, {1, 1}},  /* computed on v0, applied by the step 1 -> 2 */
+        {PUSHU, 0, 1, 1, BUF_, {0, 1}},
+        {STEP, 0, 1, 2, 0, {0, 2}},
+        {VER, 0, 2, 1, 0, {0}}, /* worker 1 has pushed clock 0 only */
+        E,
+    };
+    run(st, script);
+    zps_consistency_free(st);
+}
+
+/*
+ * What a checkpoint records. Under BSP a push buffered for the step in
+ * progress is not in the saved parameters, so pushed[w] is clamped to the
+ * version and the restored shard takes that push again; SSP and ASP apply
+ * pushes on arrival and record pushed[] as it is.
+ */
+static void test_checkpoint_clocks(void **state)
+{
+    (void)state;
+    zps_consistency_t *st = make(ZPS_MODE_BSP, 3, 0, 0);
+    const step_t bsp[] = {
+        {CKPT, 3, 0, 0, 0, {0, 0, 0}},
+        {PUSH, 0, 0, 0, BUF_, {0}},
+        {PUSH, 1, 0, 0, BUF_, {0}},
+        {CKPT, 3, 0, 0, 0, {0, 0, 0}}, /* pushed is {1, 1, 0}: two buffered pushes not saved */
+        {PUSH, 2, 0, 0, BUF_, {0}},
+        {STEP, 0, 0, 3, 0, {0, 1, 2}},
+        {CKPT, 3, 1, 0, 0, {1, 1, 1}},
+        {PUSH, 1, 1, 0, BUF_, {0}},
+        {EVICT, 2, 0, 0, 0, {0}},
+        {CKPT, 3, 1, 0, 0, {1, 1, 1}}, /* pushed is {1, 2, 1} */
+        E,
+    };
+    run(st, bsp);
+
+    /* Restored from that checkpoint, worker 1's push of clock 1 is expected again. */
+    uint64_t pushed[3], dropped[3];
+    bool live[3];
+    uint64_t v = zps_consistency_snapshot(st, pushed, live, dropped);
+    zps_consistency_free(st);
+    zps_consistency_config_t cfg = {ZPS_MODE_BSP, 3, 0, 0, 4, ZPS_LR_SCALING_NONE};
+    assert_int_equal(zps_consistency_new(&cfg, &st, NULL, 0), 0);
+    assert_false(zps_consistency_initialized(st));
+    zps_consistency_restore(st, v, pushed, live, dropped);
+    assert_true(zps_consistency_initialized(st));
+    assert_false(zps_consistency_live(st, 2));
+    const step_t restored[] = {
+        {PUSH, 1, 1, 0, BUF_, {0}},    {PUSH, 0, 1, 0, BUF_, {0}},
+        {STEP, 0, 1, 2, 0, {0, 1}}, /* worker 2 is still evicted */
+        {CKPT, 3, 2, 0, 0, {2, 2, 1}}, E,
+    };
+    run(st, restored);
+    zps_consistency_free(st);
+
+    st = make(ZPS_MODE_SSP, 2, 2, 0);
+    const step_t ssp[] = {
+        {PUSH, 0, 0, 0, APPLY_, {0}},
+        {PUSH, 0, 1, 0, APPLY_, {0}},
+        {CKPT, 2, 2, 0, 0, {2, 0}}, /* recorded as it is: both pushes are applied */
+        E,
+    };
+    run(st, ssp);
+    zps_consistency_free(st);
+}
+
+/*
+ * The checks a request meets before its payload is looked at, and that
+ * push and pull make again themselves: who may send, and whether the model
+ * exists yet. One wording for both.
+ */
+static void test_request_checks(void **state)
+{
+    (void)state;
+    zps_consistency_config_t cfg = {ZPS_MODE_ASP, 3, 0, 0, 4, ZPS_LR_SCALING_NONE};
+    zps_consistency_t *st;
+    assert_int_equal(zps_consistency_new(&cfg, &st, NULL, 0), 0);
+    static const struct {
+        int64_t w;
+        bool observer_ok;
+        int expect;
+    } table[] = {
+        {0, false, 0},           {2, false, 0},
+        {3, false, ZPS_EWORKER}, {-1, false, ZPS_EWORKER},
+        {-1, true, 0},           {-2, true, ZPS_EWORKER},
+        {3, true, ZPS_EWORKER},  {(int64_t)UINT32_MAX, false, ZPS_EWORKER},
+    };
+    char why[256];
+    for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
+        why[0] = '\0';
+        int rc =
+            zps_consistency_check_worker(st, table[i].w, table[i].observer_ok, why, sizeof(why));
+        if (rc != table[i].expect)
+            fail_msg("worker %lld (observer ok %d): %s, expected %s", (long long)table[i].w,
+                     table[i].observer_ok, zps_errname(rc), zps_errname(table[i].expect));
+    }
+    assert_int_equal(zps_consistency_check_worker(st, -1, false, why, sizeof(why)), ZPS_EWORKER);
+    assert_string_equal(why, "worker -1 is not in [0, 3)");
+    assert_int_equal(zps_consistency_check_worker(st, 5, true, why, sizeof(why)), ZPS_EWORKER);
+    assert_string_equal(why, "worker 5 is not in [0, 3) (or -1 for an observer)");
+
+    /* Before INIT: refused by the check and by the push alike, in the same words. */
+    char why_push[256];
+    zps_push_decision_t d;
+    assert_false(zps_consistency_initialized(st));
+    assert_int_equal(zps_consistency_check_push(st, 7, why, sizeof(why)), ZPS_ENOTINIT);
+    assert_string_equal(why, "push at clock 7 before the model was initialised");
+    assert_int_equal(zps_consistency_push(st, 0, 7, 0, &d, why_push, sizeof(why_push)),
+                     ZPS_ENOTINIT);
+    assert_string_equal(why_push, why);
+    assert_int_equal(zps_consistency_push(st, 3, 0, 0, &d, why_push, sizeof(why_push)),
+                     ZPS_EWORKER);
+    assert_string_equal(why_push, "worker 3 is not in [0, 3)");
+    zps_consistency_set_initialized(st);
+    assert_true(zps_consistency_initialized(st));
+    assert_int_equal(zps_consistency_check_push(st, 7, why, sizeof(why)), 0);
+    assert_int_equal(zps_consistency_push(st, 0, 0, 0, &d, NULL, 0), 0);
+    assert_int_equal(d.action, ZPS_PUSH_APPLY);
     zps_consistency_free(st);
 }
 
@@ -525,16 +705,20 @@ static void test_config_errors(void **state)
     zps_consistency_t *st = NULL;
     char why[128];
     zps_consistency_config_t bad[] = {
-        {ZPS_MODE_BSP, 0, 0, 0, 4},  /* no workers */
-        {ZPS_MODE_BSP, 2, 0, 2, 4},  /* B >= W */
-        {ZPS_MODE_SSP, 2, 1, 1, 4},  /* backups outside BSP */
-        {ZPS_MODE_BSP, 2, 0, 0, 0},  /* no room for pulls */
-        {(zps_mode_t)7, 2, 0, 0, 4}, /* unknown mode */
+        {ZPS_MODE_BSP, 0, 0, 0, 4, ZPS_LR_SCALING_NONE},  /* no workers */
+        {ZPS_MODE_BSP, 2, 0, 2, 4, ZPS_LR_SCALING_NONE},  /* B >= W */
+        {ZPS_MODE_SSP, 2, 1, 1, 4, ZPS_LR_SCALING_NONE},  /* backups outside BSP */
+        {ZPS_MODE_BSP, 2, 0, 0, 0, ZPS_LR_SCALING_NONE},  /* no room for pulls */
+        {(zps_mode_t)7, 2, 0, 0, 4, ZPS_LR_SCALING_NONE}, /* unknown mode */
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         why[0] = '\0';
         assert_int_equal(zps_consistency_new(&bad[i], &st, why, sizeof(why)), ZPS_EINVAL);
         assert_true(strlen(why) > 0);
+        char checked[128];
+        assert_int_equal(zps_consistency_check_config(&bad[i], checked, sizeof(checked)),
+                         ZPS_EINVAL);
+        assert_string_equal(checked, why);
     }
     zps_mode_t m;
     assert_int_equal(zps_mode_parse("ssp", &m), 0);
@@ -557,6 +741,11 @@ int main(void)
         cmocka_unit_test(test_observer_and_init),
         cmocka_unit_test(test_observe_clock),
         cmocka_unit_test(test_pending_bound),
+        cmocka_unit_test(test_update_staleness_asp_inverse),
+        cmocka_unit_test(test_update_staleness_ssp_none),
+        cmocka_unit_test(test_update_staleness_bsp),
+        cmocka_unit_test(test_checkpoint_clocks),
+        cmocka_unit_test(test_request_checks),
         cmocka_unit_test(test_config_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

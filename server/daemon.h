@@ -1,0 +1,92 @@
+/*
+ * daemon.h - the long-lived state of one running shard, shared by the files
+ * of server/ (internal: nothing outside server/ includes it).
+ *
+ * One zps_daemon_t lives on zps_server_run's stack for the daemon's life.
+ * Everything in it outlives a request: the socket and loop handles, the
+ * store, the consistency state machine, BSP's buffered gradients, liveness,
+ * counters, the reply cache and the checkpoint queue. State of one request
+ * travels in a zps_request_t (reply.h), never here.
+ *
+ * Not here: the loop's callbacks (server.c), what each request does
+ * (handlers.c), how replies are built (reply.c), checkpoint jobs
+ * (ckpt_queue.c). Every function below runs on the loop's thread.
+ */
+#ifndef ZPS_DAEMON_H
+#define ZPS_DAEMON_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+#include <zmq.h>
+
+#include "ckpt_queue.h"
+#include "consistency.h"
+#include "hist.h"
+#include "reply_cache.h"
+#include "server.h"
+#include "stats.h"
+#include "store.h"
+
+/* BSP: one buffered gradient per worker, kept in the message that carried it. */
+typedef struct zps_slot {
+    bool full;
+    zmq_msg_t msg;
+    uint32_t batch;
+    uint64_t update_staleness; /* what its step will record (the consistency decision's) */
+} zps_slot_t;
+
+typedef struct zps_daemon {
+    const zps_server_config_t *cfg;
+    char endpoint[256]; /* the bound endpoint */
+    char tag[64];       /* log tag, "shard I/S" */
+
+    /* The loop (server.c). */
+    uv_loop_t loop;
+    uv_poll_t poll;
+    uv_idle_t idle;
+    uv_timer_t liveness;
+    uv_signal_t sigint, sigterm;
+    bool stopping;
+    void *ctx;
+    void *sock;
+
+    /* The shard: its parameters, and the rules that say when they change. */
+    zps_store_t store;
+    zps_consistency_t *consistency;
+    zps_slot_t *slots; /* [W] */
+
+    /* Scratch, reused by every BSP step and every batch of ready pulls. */
+    uint32_t *ranks;     /* [W] */
+    const float **grads; /* [W] */
+    uint32_t *batches;   /* [W] */
+    uint64_t *tokens;    /* [tokens_cap] */
+    size_t tokens_cap;
+
+    /* Liveness. */
+    uint64_t *last_seen_ns; /* [W] last message from each worker */
+    uint64_t *evictions;    /* [W] */
+
+    /* Figures for STATS (stats.c). */
+    zps_counters_t count;
+    zps_vhist_t update_staleness; /* per applied push: updates between its pull and its step */
+    zps_thist_t pull_wait;        /* workers' pulls: time parked */
+    uint64_t started_ns;
+
+    /* At most 20 warnings about bad requests per 10-second window (reply.c). */
+    uint64_t errors_logged;
+    uint64_t error_log_window;
+
+    zps_reply_cache_t reply_cache;
+    zps_ckpt_queue_t ckpts;
+} zps_daemon_t;
+
+/*
+ * Handles what the socket holds, up to a budget (server.c). Whoever sends a
+ * reply outside the socket's own callback (a timer, a signal, a finished
+ * checkpoint) calls it afterwards: ZMQ_FD is edge-triggered, and a send can
+ * consume the edge that announced a request.
+ */
+void zps_daemon_drain(zps_daemon_t *d);
+
+#endif

@@ -1,0 +1,382 @@
+/*
+ * handlers.c - the requests a shard serves; see handlers.h.
+ */
+#include "handlers.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt_queue.h"
+#include "daemon.h"
+#include "error.h"
+#include "log.h"
+#include "timeutil.h"
+
+/* A pull waiting for the rules to allow it. Its address is its token. */
+typedef struct parked_pull {
+    zps_peer_t peer;
+    zps_header_t req;
+    uint64_t since_ns;
+} parked_pull_t;
+
+/* ---- checks shared by several requests ---- */
+
+/* Who may send this request (-1, an observer, where observer_ok). */
+static bool check_worker(zps_daemon_t *d, zps_request_t *r, bool observer_ok)
+{
+    char why[ZPS_ERROR_TEXT_MAX];
+    int rc =
+        zps_consistency_check_worker(d->consistency, r->hdr->worker, observer_ok, why, sizeof(why));
+    if (rc == 0)
+        return true;
+    zps_reply_error(d, r, rc, "%s", why);
+    return false;
+}
+
+/* The sender's idea of which shard this is, when it states one. */
+static bool check_shard(zps_daemon_t *d, zps_request_t *r)
+{
+    const zps_header_t *req = r->hdr;
+    if (req->shard_count == 0 ||
+        (req->shard_index == d->cfg->shard_index && req->shard_count == d->cfg->shard_count))
+        return true;
+    zps_reply_error(d, r, ZPS_ERANGE,
+                    "this server is shard %u/%u, the request was meant for shard %u/%u",
+                    d->cfg->shard_index, d->cfg->shard_count, req->shard_index, req->shard_count);
+    return false;
+}
+
+/* offset/length of the request against this shard's range for N = req->total. */
+static bool check_range(zps_daemon_t *d, zps_request_t *r)
+{
+    const zps_header_t *req = r->hdr;
+    zps_range_t range;
+    zps_shard_range(req->total, d->cfg->shard_index, d->cfg->shard_count, &range);
+    if (req->offset == range.lo && req->length == zps_range_len(range))
+        return true;
+    zps_reply_error(d, r, ZPS_ERANGE,
+                    "range [%llu, %llu) does not match shard %u/%u of a %llu-element model, "
+                    "which owns [%llu, %llu)",
+                    (unsigned long long)req->offset,
+                    (unsigned long long)(req->offset + req->length), d->cfg->shard_index,
+                    d->cfg->shard_count, (unsigned long long)req->total,
+                    (unsigned long long)range.lo, (unsigned long long)range.hi);
+    return false;
+}
+
+/* The payload of the request is finite (checked as its checksum was, on receipt). */
+static bool check_finite(zps_daemon_t *d, zps_request_t *r)
+{
+    zps_message_t *m = r->msg;
+    const float *v = zps_message_floats(m);
+    size_t bad = 0;
+    if (m->scanned) {
+        if (m->first_nonfinite >= m->hdr.length)
+            return true;
+        bad = (size_t)m->first_nonfinite;
+    } else if (zps_all_finite(v, (size_t)m->hdr.length, &bad)) {
+        return true;
+    }
+    zps_reply_error(d, r, ZPS_ENONFINITE, "element %llu of the payload is %g",
+                    (unsigned long long)(m->hdr.offset + bad), (double)v[bad]);
+    return false;
+}
+
+/* ---- pulls ---- */
+
+static void answer_pull(zps_daemon_t *d, const zps_request_t *r)
+{
+    zps_header_t h;
+    zps_reply_header(d, r, &h);
+    h.offset = d->store.range.lo;
+    zps_reply_send(d, r, &h);
+}
+
+void zps_handlers_answer_ready(zps_daemon_t *d)
+{
+    size_t n;
+    while ((n = zps_consistency_take_ready(d->consistency, d->tokens, d->tokens_cap)) > 0) {
+        uint64_t now = zps_now_ns();
+        for (size_t i = 0; i < n; i++) {
+            parked_pull_t *p = (parked_pull_t *)(uintptr_t)d->tokens[i];
+            /* pull_wait is the workers' waiting; an observer waiting for a
+             * clock's model (an evaluator) waits by choice. */
+            if (p->req.worker >= 0)
+                zps_thist_add(&d->pull_wait, now - p->since_ns);
+            zps_request_t later = zps_request_later(&p->peer, &p->req);
+            answer_pull(d, &later);
+            free(p);
+        }
+    }
+}
+
+void zps_handlers_fail_parked(zps_daemon_t *d)
+{
+    size_t n;
+    while ((n = zps_consistency_take_all(d->consistency, d->tokens, d->tokens_cap)) > 0) {
+        for (size_t i = 0; i < n; i++) {
+            parked_pull_t *p = (parked_pull_t *)(uintptr_t)d->tokens[i];
+            zps_request_t later = zps_request_later(&p->peer, &p->req);
+            zps_reply_error(d, &later, ZPS_ESHUTDOWN, "the server is shutting down");
+            free(p);
+        }
+    }
+}
+
+void zps_handle_pull(zps_daemon_t *d, zps_request_t *r)
+{
+    const zps_header_t *req = r->hdr;
+    d->count.pulls++;
+    if (!check_worker(d, r, true) || !check_shard(d, r))
+        return;
+    /* A client that knows N states the range it expects; one that does not
+     * learns it from the reply. */
+    if (req->flags & ZPS_FLAG_RANGE) {
+        if (zps_consistency_initialized(d->consistency) && req->total != d->store.total) {
+            zps_reply_error(d, r, ZPS_ESIZE, "the model has %llu elements, the pull expects %llu",
+                            (unsigned long long)d->store.total, (unsigned long long)req->total);
+            return;
+        }
+        if (!check_range(d, r))
+            return;
+    }
+
+    parked_pull_t *p = malloc(sizeof(*p));
+    if (!p) {
+        zps_reply_error(d, r, ZPS_ENOMEM, "out of memory");
+        return;
+    }
+    char why[ZPS_ERROR_TEXT_MAX];
+    zps_pull_result_t res;
+    uint64_t existing = 0;
+    /* An observer may ask for the model of its clock rather than the
+     * current one (an evaluator that must not hold training back). */
+    int rc = req->worker == -1 && (req->flags & ZPS_FLAG_WAIT)
+                 ? zps_consistency_observe(d->consistency, req->clock, req->request_id,
+                                           (uintptr_t)p, &res, &existing, why, sizeof(why))
+                 : zps_consistency_pull(d->consistency, req->worker, req->clock, req->request_id,
+                                        (uintptr_t)p, &res, &existing, why, sizeof(why));
+    if (rc) {
+        free(p);
+        zps_reply_error(d, r, rc, "%s", why);
+        return;
+    }
+    if (res == ZPS_PULL_READY) {
+        free(p);
+        if (req->worker >= 0)
+            zps_thist_add(&d->pull_wait, 0);
+        answer_pull(d, r);
+        return;
+    }
+    if (res == ZPS_PULL_DUPLICATE) {
+        /* A resend of a pull that is waiting: answer it once, on the newest
+         * route (the client may have reconnected). */
+        free(p);
+        ((parked_pull_t *)(uintptr_t)existing)->peer = *r->peer;
+        return;
+    }
+    p->peer = *r->peer;
+    p->req = *req;
+    p->req.json = NULL;
+    p->since_ns = zps_now_ns();
+}
+
+/* ---- INIT ---- */
+
+void zps_handle_init(zps_daemon_t *d, zps_request_t *r)
+{
+    const zps_header_t *req = r->hdr;
+    d->count.inits++;
+    if (!check_worker(d, r, true) || !check_shard(d, r))
+        return;
+    if (req->total == 0) {
+        zps_reply_error(d, r, ZPS_ESIZE, "a model must have at least one element");
+        return;
+    }
+    if (!check_range(d, r))
+        return;
+    const float *values = zps_message_floats(r->msg);
+    if (!check_finite(d, r))
+        return;
+
+    if (zps_consistency_initialized(d->consistency)) {
+        if (req->total != d->store.total) {
+            zps_reply_error(d, r, ZPS_ESIZE,
+                            "the model was initialised with %llu elements, this INIT has %llu",
+                            (unsigned long long)d->store.total, (unsigned long long)req->total);
+            return;
+        }
+        if (d->store.len && memcmp(values, d->store.params, d->store.len * sizeof(float)) != 0 &&
+            zps_consistency_version(d->consistency) == 0) {
+            zps_reply_error(d, r, ZPS_EINITED,
+                            "the model was already initialised with other values");
+            return;
+        }
+        /* Identical (or the model has moved on since): acknowledged, nothing changes. */
+    } else {
+        zps_range_t range = {req->offset, req->offset + req->length};
+        int rc = zps_store_set(&d->store, req->total, range, values, &d->cfg->opt);
+        if (rc) {
+            zps_reply_error(d, r, rc, "cannot hold the model: %s", zps_strerror(rc));
+            return;
+        }
+        zps_consistency_set_initialized(d->consistency);
+        zps_info("initialised by worker %d: N = %llu, range [%llu, %llu), optimizer %s",
+                 req->worker, (unsigned long long)req->total, (unsigned long long)range.lo,
+                 (unsigned long long)range.hi, zps_opt_name(&d->cfg->opt));
+    }
+    zps_header_t h;
+    zps_reply_header(d, r, &h);
+    zps_reply_send(d, r, &h);
+    zps_handlers_answer_ready(d);
+}
+
+/* ---- PUSH and BSP steps ---- */
+
+void zps_handlers_take_steps(zps_daemon_t *d)
+{
+    uint64_t clock;
+    uint32_t k;
+    while (zps_consistency_step_due(d->consistency, &clock, d->ranks, &k)) {
+        for (uint32_t j = 0; j < k; j++) {
+            zps_slot_t *sl = &d->slots[d->ranks[j]];
+            ZPS_ASSERT(sl->full);
+            d->grads[j] = zmq_msg_data(&sl->msg);
+            d->batches[j] = sl->batch;
+            zps_vhist_add(&d->update_staleness, sl->update_staleness);
+        }
+        /* Every worker pulls the version this step makes: its payload is
+         * copied and checksummed in the step's own pass over memory. */
+        zps_reply_buf_t *b = zps_reply_cache_reserve(&d->reply_cache, d->store.len);
+        uint32_t crc = zps_store_step_mean(&d->store, d->grads, d->batches, k, b ? b->data : NULL);
+        for (uint32_t j = 0; j < k; j++) {
+            zps_slot_t *sl = &d->slots[d->ranks[j]];
+            zmq_msg_close(&sl->msg);
+            sl->full = false;
+        }
+        zps_consistency_step_done(d->consistency);
+        if (b)
+            zps_reply_cache_fill(&d->reply_cache, b, d->store.len,
+                                 zps_consistency_version(d->consistency), crc);
+        d->count.steps++;
+        zps_debug("step for clock %llu from %u pushes", (unsigned long long)clock, k);
+        zps_ckpt_queue_maybe(d);
+    }
+}
+
+void zps_handle_push(zps_daemon_t *d, zps_request_t *r)
+{
+    const zps_header_t *req = r->hdr;
+    char why[ZPS_ERROR_TEXT_MAX];
+    d->count.pushes++;
+    if (!check_worker(d, r, false) || !check_shard(d, r))
+        return;
+    int rc = zps_consistency_check_push(d->consistency, req->clock, why, sizeof(why));
+    if (rc) {
+        zps_reply_error(d, r, rc, "%s", why);
+        return;
+    }
+    if (req->total != d->store.total) {
+        zps_reply_error(d, r, ZPS_ESIZE, "the model has %llu elements, the push has %llu",
+                        (unsigned long long)d->store.total, (unsigned long long)req->total);
+        return;
+    }
+    if (!check_range(d, r))
+        return;
+    if (req->batch == 0) {
+        zps_reply_error(d, r, ZPS_EBATCH, "a gradient must come from at least one example");
+        return;
+    }
+    const float *grad = zps_message_floats(r->msg);
+    if (!check_finite(d, r))
+        return;
+
+    zps_push_decision_t dec;
+    rc = zps_consistency_push(d->consistency, (uint32_t)req->worker, req->clock, req->model_version,
+                              &dec, why, sizeof(why));
+    if (rc) {
+        zps_reply_error(d, r, rc, "%s", why);
+        return;
+    }
+
+    zps_header_t h;
+    switch (dec.action) {
+    case ZPS_PUSH_APPLY:
+        zps_store_apply(&d->store, grad, dec.lr_scale);
+        zps_vhist_add(&d->update_staleness, dec.update_staleness);
+        d->count.applied++;
+        zps_ckpt_queue_maybe(d);
+        zps_reply_header(d, r, &h);
+        h.staleness = dec.update_staleness; /* the wire's name for it */
+        break;
+    case ZPS_PUSH_BUFFER: {
+        zps_slot_t *sl = &d->slots[req->worker];
+        ZPS_ASSERT(!sl->full);
+        zmq_msg_init(&sl->msg);
+        zmq_msg_move(&sl->msg, &r->msg->payload);
+        sl->full = true;
+        sl->batch = req->batch;
+        sl->update_staleness = dec.update_staleness;
+        d->count.buffered++;
+        zps_reply_header(d, r, &h);
+        h.flags |= ZPS_FLAG_BUFFERED;
+        break;
+    }
+    case ZPS_PUSH_RETRY:
+        d->count.retries++;
+        zps_reply_header(d, r, &h);
+        h.flags |= ZPS_FLAG_RETRY;
+        break;
+    case ZPS_PUSH_DROP:
+    default:
+        d->count.dropped++;
+        zps_reply_header(d, r, &h);
+        h.flags |= ZPS_FLAG_DROPPED;
+        break;
+    }
+    zps_reply_send(d, r, &h);
+    zps_handlers_take_steps(d);
+    zps_handlers_answer_ready(d);
+}
+
+/* ---- STATS, HEARTBEAT, CHECKPOINT ---- */
+
+void zps_handle_stats(zps_daemon_t *d, zps_request_t *r)
+{
+    d->count.stats++;
+    char *json = zps_stats_json(d);
+    if (!json) {
+        zps_reply_error(d, r, ZPS_ENOMEM, "out of memory");
+        return;
+    }
+    zps_header_t h;
+    zps_reply_header(d, r, &h);
+    h.json = json;
+    zps_reply_send(d, r, &h);
+    free(json);
+}
+
+void zps_handle_heartbeat(zps_daemon_t *d, zps_request_t *r)
+{
+    d->count.heartbeats++;
+    if (!check_worker(d, r, true))
+        return;
+    zps_header_t h;
+    zps_reply_header(d, r, &h);
+    zps_reply_send(d, r, &h);
+}
+
+void zps_handle_checkpoint(zps_daemon_t *d, zps_request_t *r)
+{
+    if (!check_worker(d, r, true) || !check_shard(d, r))
+        return;
+    int rc = zps_ckpt_queue_take(d, r);
+    if (rc == ZPS_EMODE)
+        zps_reply_error(d, r, rc, "this server has no --checkpoint-dir");
+    else if (rc == ZPS_ENOTINIT)
+        zps_reply_error(d, r, rc, "nothing to save: the model is not initialised");
+    else if (rc)
+        zps_reply_error(d, r, rc, "cannot take a checkpoint now: %s", zps_strerror(rc));
+    /* On success the reply comes when the file is on disk. */
+}

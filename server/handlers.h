@@ -1,0 +1,41 @@
+/*
+ * handlers.h - what each request does: INIT, PULL, PUSH, STATS, HEARTBEAT
+ * and CHECKPOINT, and the work their events set off (BSP steps, parked
+ * pulls becoming ready).
+ *
+ * A request is checked completely before anything changes, so a bad one is
+ * answered with an ERROR and leaves the shard as it was. Each handler asks
+ * the consistency module (consistency/consistency.h) what the request means,
+ * carries out its decision on the store (store.h) and replies (reply.h).
+ * Pulls the rules do not allow yet are parked, their routes kept here, and
+ * answered from whichever event makes them ready.
+ *
+ * Not here: decoding, dispatch and liveness (server.c), the rules themselves
+ * (consistency/), the payload cache (reply_cache.h), checkpoint writes
+ * (ckpt_queue.h). Loop thread only; nothing blocks.
+ */
+#ifndef ZPS_HANDLERS_H
+#define ZPS_HANDLERS_H
+
+#include "reply.h"
+
+struct zps_daemon;
+
+/* Each answers request r (r->msg is set) with exactly one reply, now or later. */
+void zps_handle_init(struct zps_daemon *d, zps_request_t *r);
+void zps_handle_pull(struct zps_daemon *d, zps_request_t *r);
+void zps_handle_push(struct zps_daemon *d, zps_request_t *r); /* may take r->msg's payload */
+void zps_handle_stats(struct zps_daemon *d, zps_request_t *r);
+void zps_handle_heartbeat(struct zps_daemon *d, zps_request_t *r);
+void zps_handle_checkpoint(struct zps_daemon *d, zps_request_t *r);
+
+/* BSP: takes every step the rules say is due (none under SSP and ASP). */
+void zps_handlers_take_steps(struct zps_daemon *d);
+
+/* Answers every parked pull the rules now allow. */
+void zps_handlers_answer_ready(struct zps_daemon *d);
+
+/* Shutdown: answers every parked pull with ZPS_ESHUTDOWN. */
+void zps_handlers_fail_parked(struct zps_daemon *d);
+
+#endif

@@ -1,0 +1,98 @@
+/*
+ * reply.c - building and sending replies; see reply.h.
+ */
+#include "reply.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "daemon.h"
+#include "error.h"
+#include "log.h"
+#include "timeutil.h"
+
+/*
+ * A flood of bad requests must not become a flood of log lines: at most 20
+ * warnings per 10-second window.
+ */
+static bool log_allowed(zps_daemon_t *d)
+{
+    uint64_t window = zps_now_ns() / 10000000000ull;
+    if (window != d->error_log_window) {
+        d->error_log_window = window;
+        d->errors_logged = 0;
+    }
+    return d->errors_logged++ < 20;
+}
+
+void zps_reply_send(zps_daemon_t *d, const zps_request_t *r, zps_header_t *h)
+{
+    h->reply = true;
+    h->version = ZPS_PROTOCOL_VERSION;
+    int rc;
+    if (zps_wire_wants_payload(h)) {
+        zmq_msg_t m;
+        if (zps_reply_cache_get(&d->reply_cache, d->store.params, d->store.len,
+                                zps_consistency_version(d->consistency), &m, &h->checksum) != 0) {
+            zps_error("out of memory for a %zu-element reply", d->store.len);
+            return;
+        }
+        d->count.bytes_out += zmq_msg_size(&m);
+        rc = zps_wire_send_msg(d->sock, r->peer, h, &m, ZMQ_DONTWAIT);
+    } else {
+        rc = zps_wire_send(d->sock, r->peer, h, NULL, 0, NULL, NULL, ZMQ_DONTWAIT);
+    }
+    if (rc) {
+        /* ROUTER_MANDATORY: the peer is gone, or it does not read its replies
+         * and its queue is full. Dropping is what bounds our memory; a retry,
+         * if it comes, is answered again: every request is idempotent. */
+        d->count.replies_dropped++;
+        if (log_allowed(d))
+            zps_warn("reply to worker %d (request %llu) not sent: %s (%s)", h->worker,
+                     (unsigned long long)h->request_id, zps_strerror(rc),
+                     zmq_strerror(zmq_errno()));
+        return;
+    }
+    d->count.msgs_out++;
+}
+
+void zps_reply_error(zps_daemon_t *d, const zps_request_t *r, int code, const char *fmt, ...)
+{
+    const zps_header_t *req = r->hdr;
+    zps_header_t h;
+    zps_header_init(&h, (enum zps_msg_type)(req->type <= ZPS_MSG_TYPE_MAX ? req->type : 0));
+    h.request_id = req->request_id;
+    h.worker = req->worker;
+    h.clock = req->clock;
+    h.status = code;
+    h.flags = r->reply_flags;
+    h.model_version = zps_consistency_version(d->consistency);
+    h.min_clock = zps_consistency_min_clock(d->consistency);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(h.error, sizeof(h.error), fmt, ap);
+    va_end(ap);
+    zps_counters_error(&d->count, code);
+
+    if (log_allowed(d))
+        zps_warn("refused request %llu from worker %d: %s (%s)",
+                 (unsigned long long)req->request_id, req->worker, h.error, zps_errname(code));
+    zps_reply_send(d, r, &h);
+}
+
+void zps_reply_header(const zps_daemon_t *d, const zps_request_t *r, zps_header_t *h)
+{
+    const zps_header_t *req = r->hdr;
+    zps_header_init(h, (enum zps_msg_type)req->type);
+    h->request_id = req->request_id;
+    h->worker = req->worker;
+    h->clock = req->clock;
+    h->model_version = zps_consistency_version(d->consistency);
+    h->min_clock = zps_consistency_min_clock(d->consistency);
+    h->total = d->store.total;
+    h->shard_index = d->cfg->shard_index;
+    h->shard_count = d->cfg->shard_count;
+    h->flags |= r->reply_flags;
+    if (req->worker >= 0 && (uint32_t)req->worker < d->cfg->consistency.workers)
+        h->next_clock = zps_consistency_pushed(d->consistency, (uint32_t)req->worker);
+}

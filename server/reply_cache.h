@@ -1,0 +1,84 @@
+/*
+ * reply_cache.h - the payload of pull replies: one copy of the parameters
+ * per model version, shared by every pull of that version, in buffers from a
+ * small pool.
+ *
+ * Later pushes change the parameters in place, so a pull reply carries a
+ * copy, made once per version with its CRC32C. ZeroMQ counts references to
+ * message content: W workers pulling the same version cost one copy, not W.
+ * ZeroMQ sends the copy without copying it again and hands its buffer back,
+ * from its I/O thread, once the last reply carrying it has left; the buffer
+ * is then reused for a later version instead of allocating (and faulting
+ * in) a shard-sized block for each one.
+ *
+ * Not here: sending the replies (reply.c), the parameters themselves
+ * (store.h), when a version changes (consistency/). Every function runs on
+ * the loop's thread, except the release callback ZeroMQ calls internally.
+ */
+#ifndef ZPS_REPLY_CACHE_H
+#define ZPS_REPLY_CACHE_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <zmq.h>
+
+#define ZPS_REPLY_POOL 4
+
+/* One pooled buffer; busy while a message built on it may still be sent. */
+typedef struct zps_reply_buf {
+    float *data; /* 64-byte aligned */
+    size_t cap;  /* floats */
+    atomic_bool busy;
+} zps_reply_buf_t;
+
+typedef struct zps_reply_cache {
+    zps_reply_buf_t pool[ZPS_REPLY_POOL];
+    zmq_msg_t msg; /* the cached payload, when `cached` */
+    bool cached;
+    uint64_t version; /* of the cached payload */
+    uint32_t crc;     /* its CRC32C */
+} zps_reply_cache_t;
+
+/* An empty cache with an empty pool. */
+void zps_reply_cache_init(zps_reply_cache_t *c);
+
+/*
+ * Drops the cached payload (the cache's reference to it); its buffer returns
+ * to the pool once the replies carrying it have left.
+ */
+void zps_reply_cache_drop(zps_reply_cache_t *c);
+
+/*
+ * Frees the pool. Call only once ZeroMQ holds no message built on it (after
+ * zmq_ctx_term), and after zps_reply_cache_drop.
+ */
+void zps_reply_cache_fini(zps_reply_cache_t *c);
+
+/*
+ * The pull payload of `version`: params[len] (float32), copied and
+ * checksummed unless the cache holds that version already. On success *m is
+ * a new message referring to the shared copy (the caller sends or closes
+ * it) and *crc its CRC32C; returns 0 or ZPS_ENOMEM (*m not initialised).
+ */
+int zps_reply_cache_get(zps_reply_cache_t *c, const float *params, size_t len, uint64_t version,
+                        zmq_msg_t *m, uint32_t *crc);
+
+/*
+ * For a step that writes the next version's copy in its own pass over
+ * memory: drops the cached payload and reserves a free pooled buffer of len
+ * floats. Returns it, or NULL when every buffer is still in flight (the
+ * next pull then copies the parameters itself).
+ */
+zps_reply_buf_t *zps_reply_cache_reserve(zps_reply_cache_t *c, size_t len);
+
+/*
+ * Makes b (from zps_reply_cache_reserve, its first len floats written with
+ * checksum crc) the cached payload of `version`. On failure the buffer goes
+ * back to the pool and the cache stays empty.
+ */
+void zps_reply_cache_fill(zps_reply_cache_t *c, zps_reply_buf_t *b, size_t len, uint64_t version,
+                          uint32_t crc);
+
+#endif

@@ -1,0 +1,98 @@
+/*
+ * stats.c - the STATS reply's JSON; see stats.h.
+ */
+#include "stats.h"
+
+#include "consistency.h"
+#include "daemon.h"
+#include "error.h"
+#include "hist.h"
+#include "strbuf.h"
+#include "timeutil.h"
+
+void zps_counters_error(zps_counters_t *c, int code)
+{
+    c->errors++;
+    unsigned idx = (unsigned)(-code);
+    if (idx < 32)
+        c->errors_by_code[idx]++;
+}
+
+char *zps_stats_json(const zps_daemon_t *d)
+{
+    zps_strbuf_t b;
+    zps_strbuf_init(&b);
+    const zps_consistency_config_t *cc = &d->cfg->consistency;
+    const zps_consistency_t *rules = d->consistency;
+    zps_strbuf_printf(&b, "{\"shard\":%u,\"shards\":%u,\"endpoint\":", d->cfg->shard_index,
+                      d->cfg->shard_count);
+    zps_strbuf_json_string(&b, d->endpoint);
+    zps_strbuf_printf(&b,
+                      ",\"initialized\":%s,\"total\":%llu,\"range\":[%llu,%llu],"
+                      "\"version\":%llu,\"min_clock\":%llu,\"mode\":\"%s\",\"staleness_bound\":%u,"
+                      "\"backup_workers\":%u,\"optimizer\":\"%s\",\"lr_staleness\":\"%s\","
+                      "\"worker_timeout_s\":%.3f,\"workers\":%u,",
+                      zps_consistency_initialized(rules) ? "true" : "false",
+                      (unsigned long long)d->store.total, (unsigned long long)d->store.range.lo,
+                      (unsigned long long)d->store.range.hi,
+                      (unsigned long long)zps_consistency_version(rules),
+                      (unsigned long long)zps_consistency_min_clock(rules), zps_mode_name(cc->mode),
+                      cc->staleness, cc->backup, zps_opt_name(&d->cfg->opt),
+                      cc->lr_scaling == ZPS_LR_SCALING_INVERSE ? "inverse" : "none",
+                      (double)d->cfg->worker_timeout_ms / 1e3, cc->workers);
+    zps_strbuf_printf(&b, "\"clocks\":[");
+    for (uint32_t w = 0; w < cc->workers; w++)
+        zps_strbuf_printf(&b, "%s%llu", w ? "," : "",
+                          (unsigned long long)zps_consistency_pushed(rules, w));
+    zps_strbuf_printf(&b, "],\"live\":[");
+    for (uint32_t w = 0; w < cc->workers; w++)
+        zps_strbuf_printf(&b, "%s%s", w ? "," : "",
+                          zps_consistency_live(rules, w) ? "true" : "false");
+    zps_strbuf_printf(&b, "],\"evictions\":[");
+    for (uint32_t w = 0; w < cc->workers; w++)
+        zps_strbuf_printf(&b, "%s%llu", w ? "," : "", (unsigned long long)d->evictions[w]);
+    uint64_t now = zps_now_ns();
+    zps_strbuf_printf(&b, "],\"silent_ms\":[");
+    for (uint32_t w = 0; w < cc->workers; w++)
+        zps_strbuf_printf(&b, "%s%.1f", w ? "," : "", (double)(now - d->last_seen_ns[w]) / 1e6);
+    zps_strbuf_printf(&b, "],\"dropped_per_worker\":[");
+    for (uint32_t w = 0; w < cc->workers; w++)
+        zps_strbuf_printf(&b, "%s%llu", w ? "," : "",
+                          (unsigned long long)zps_consistency_dropped(rules, w));
+    const zps_counters_t *c = &d->count;
+    zps_strbuf_printf(&b,
+                      "],\"pending_pulls\":%zu,\"counts\":{\"messages_in\":%llu,"
+                      "\"messages_out\":%llu,\"bytes_in\":%llu,\"bytes_out\":%llu,\"inits\":%llu,"
+                      "\"pulls\":%llu,\"pushes\":%llu,\"applied\":%llu,\"buffered\":%llu,"
+                      "\"steps\":%llu,\"retries\":%llu,\"dropped\":%llu,\"heartbeats\":%llu,"
+                      "\"stats\":%llu,\"errors\":%llu,\"replies_dropped\":%llu},"
+                      "\"errors_by_code\":{",
+                      zps_consistency_pending(rules), (unsigned long long)c->msgs_in,
+                      (unsigned long long)c->msgs_out, (unsigned long long)c->bytes_in,
+                      (unsigned long long)c->bytes_out, (unsigned long long)c->inits,
+                      (unsigned long long)c->pulls, (unsigned long long)c->pushes,
+                      (unsigned long long)c->applied, (unsigned long long)c->buffered,
+                      (unsigned long long)c->steps, (unsigned long long)c->retries,
+                      (unsigned long long)c->dropped, (unsigned long long)c->heartbeats,
+                      (unsigned long long)c->stats, (unsigned long long)c->errors,
+                      (unsigned long long)c->replies_dropped);
+    const char *sep = "";
+    for (int i = 1; i < 32; i++) {
+        if (c->errors_by_code[i]) {
+            zps_strbuf_printf(&b, "%s\"%s\":%llu", sep, zps_errname(-i),
+                              (unsigned long long)c->errors_by_code[i]);
+            sep = ",";
+        }
+    }
+    zps_strbuf_printf(&b, "},\"update_staleness\":");
+    zps_vhist_json(&d->update_staleness, &b);
+    zps_strbuf_printf(&b, ",\"pull_wait\":");
+    zps_thist_json(&d->pull_wait, &b);
+    zps_strbuf_printf(&b, ",\"checkpoints\":{\"written\":%llu,\"failed\":%llu,\"last\":",
+                      (unsigned long long)c->checkpoints,
+                      (unsigned long long)c->checkpoint_failures);
+    zps_strbuf_json_string(&b, d->ckpts.last_path);
+    zps_strbuf_printf(&b, "}");
+    zps_strbuf_printf(&b, ",\"uptime_s\":%.3f}", (double)(zps_now_ns() - d->started_ns) / 1e9);
+    return zps_strbuf_take(&b);
+}

@@ -1,0 +1,37 @@
+/*
+ * stats.h - the shard's counters, and the JSON of a STATS reply built from
+ * them and from the rest of the shard's state.
+ *
+ * The counters are plain integers, bumped on the loop's thread wherever the
+ * event happens (handlers.c, reply.c, ckpt_queue.c); this file reads them
+ * and never changes the shard. The JSON's keys are an external interface
+ * (zps launch, the tests and docs read them): they never change.
+ *
+ * Not here: the histograms' own arithmetic (common/hist.h), the handler of
+ * a STATS request (handlers.c).
+ */
+#ifndef ZPS_STATS_H
+#define ZPS_STATS_H
+
+#include <stdint.h>
+
+struct zps_daemon;
+
+typedef struct zps_counters {
+    uint64_t msgs_in, msgs_out, bytes_in, bytes_out;
+    uint64_t inits, pulls, pushes, heartbeats, stats;
+    uint64_t applied, buffered, retries, dropped, steps, errors, replies_dropped;
+    uint64_t checkpoints, checkpoint_failures;
+    uint64_t errors_by_code[32]; /* by -code */
+} zps_counters_t;
+
+/* Counts one ERROR reply with status `code` (a ZPS_E* code). */
+void zps_counters_error(zps_counters_t *c, int code);
+
+/*
+ * The STATS reply's JSON for the shard's current state. Returns a string the
+ * caller frees, or NULL when out of memory. Loop thread; does not block.
+ */
+char *zps_stats_json(const struct zps_daemon *d);
+
+#endif
