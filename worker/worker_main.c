@@ -2,6 +2,12 @@
  * worker_main.c - zps-worker's command line: flags into a
  * zps_trainer_config_t, then zps_trainer_run. A bad flag prints the usage
  * and exits 2; a failed run exits 1.
+ *
+ * Not here: the flags' names, value checks and wording, which are defined
+ * once in tables that zps launch reads too (worker_flags.h,
+ * straggler_flags.h, optimizer/opt_flags.h); this file builds the getopt
+ * table from them, puts each value where it goes and checks the flags
+ * against each other. Training itself is trainer.c.
  */
 #include <getopt.h>
 #include <math.h>
