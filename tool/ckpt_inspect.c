@@ -1,7 +1,7 @@
 /*
  * ckpt_inspect.c - `zps checkpoint inspect FILE`; see ckpt_inspect.h.
  *
- * The verification itself is checkpoint/checkpoint.c's (zps_ckpt_verify, the
+ * The verification itself is checkpoint/format.c's (zps_ckpt_verify, the
  * same checks --resume makes); this file only prints its findings. Numbers
  * are printed so that they can be typed back: integers in full, doubles as
  * the shortest decimal that reads back as the same double.
