@@ -85,8 +85,8 @@ typedef struct zps_ckpt {
     /* The consistency controller: its configuration and, per worker w < W,
      * the next clock expected (pushed[w]), liveness and dropped-push count. */
     zps_mode_t mode;
-    uint32_t workers; /* W */
-    uint32_t staleness;
+    uint32_t workers;   /* W */
+    uint32_t ssp_bound; /* the SSP bound s, in clocks */
     uint32_t backup;
     uint64_t *pushed;  /* [W] */
     bool *live;        /* [W] */

@@ -205,13 +205,13 @@ static int check_opt_fields(const zps_ckpt_t *c, char *why, size_t why_size)
     return result;
 }
 
-/* The consistency configuration must be one the staleness controller accepts. */
+/* The consistency configuration must be one the consistency controller accepts. */
 static int check_workers_fields(const zps_ckpt_t *c, char *why, size_t why_size)
 {
     zps_consistency_config_t cfg = {
         .mode = c->mode,
         .workers = c->workers,
-        .staleness = c->staleness,
+        .ssp_bound = c->ssp_bound,
         .backup = c->backup,
         .max_pending = 1,
     };
@@ -498,7 +498,7 @@ int zps_ckpt_encode(int fd, const zps_ckpt_t *c, const char *path, char *why, si
             uint8_t *p = ws_room(&ws, WORKERS_FIXED_BYTES);
             put_u32(p + 0, (uint32_t)c->mode);
             put_u32(p + 4, c->workers);
-            put_u32(p + 8, c->staleness);
+            put_u32(p + 8, c->ssp_bound);
             put_u32(p + 12, c->backup);
             ws_commit(&ws, WORKERS_FIXED_BYTES);
             ws_u64s(&ws, c->pushed, c->workers);
@@ -894,7 +894,7 @@ static void load_workers(loader_t *L, uint32_t s, const entry_t *e)
     zps_ckpt_t *c = &L->c;
     uint32_t mode = get_u32(p + 0);
     c->workers = get_u32(p + 4);
-    c->staleness = get_u32(p + 8);
+    c->ssp_bound = get_u32(p + 8);
     c->backup = get_u32(p + 12);
     char msg[256];
     uint64_t want = WORKERS_FIXED_BYTES + (uint64_t)WORKER_BYTES * c->workers;

@@ -685,8 +685,8 @@ static void collect_info(zps_client_t *c, zps_reply_info_t *info)
             info->max_version = h->model_version;
         if (h->min_clock < info->min_clock)
             info->min_clock = h->min_clock;
-        if (h->staleness > info->staleness)
-            info->staleness = h->staleness;
+        if (h->update_staleness > info->update_staleness)
+            info->update_staleness = h->update_staleness;
         if (i == 0 || h->next_clock < info->next_clock)
             info->next_clock = h->next_clock;
         info->retried |= (h->flags & ZPS_FLAG_RETRY) != 0;

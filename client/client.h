@@ -101,18 +101,18 @@ int zps_client_init(zps_client_t *c, const float *values, uint64_t n);
  * least one shard said so.
  */
 typedef struct zps_reply_info {
-    uint64_t min_version; /* lowest model version among the shards */
-    uint64_t max_version; /* highest model version among the shards */
-    uint64_t min_clock;   /* lowest min_clock among the shards */
-    uint64_t staleness;   /* push: largest staleness a shard recorded */
-    uint64_t next_clock;  /* lowest clock a shard expects next from this worker: where
-                           * to resume after being evicted and admitted again
-                           * (`rejoined`; a shard that is further on treats the
-                           * clocks in between as retries) */
-    bool retried;         /* push: a shard had already taken this push; it was not applied again */
-    bool dropped;         /* push: a shard dropped it as too late for its step (backup workers) */
-    bool buffered;        /* push: a shard keeps it until its clock's synchronous step is taken */
-    bool rejoined;        /* a shard had evicted this worker and has admitted it again */
+    uint64_t min_version;      /* lowest model version among the shards */
+    uint64_t max_version;      /* highest model version among the shards */
+    uint64_t min_clock;        /* lowest min_clock among the shards */
+    uint64_t update_staleness; /* push: the largest update staleness a shard recorded */
+    uint64_t next_clock;       /* lowest clock a shard expects next from this worker: where
+                                * to resume after being evicted and admitted again
+                                * (`rejoined`; a shard that is further on treats the
+                                * clocks in between as retries) */
+    bool retried;  /* push: a shard had already taken this push; it was not applied again */
+    bool dropped;  /* push: a shard dropped it as too late for its step (backup workers) */
+    bool buffered; /* push: a shard keeps it until its clock's synchronous step is taken */
+    bool rejoined; /* a shard had evicted this worker and has admitted it again */
 } zps_reply_info_t;
 
 /*

@@ -59,7 +59,7 @@ static void header_from_pb(zps_header_t *h, const Zps__Header *pb)
     h->flags = pb->flags;
     h->shard_index = pb->shard_index;
     h->shard_count = pb->shard_count;
-    h->staleness = pb->staleness;
+    h->update_staleness = pb->update_staleness;
     h->next_clock = pb->next_clock;
     snprintf(h->error, sizeof(h->error), "%s", pb->error ? pb->error : "");
 }
@@ -83,7 +83,7 @@ static void header_to_pb(Zps__Header *pb, const zps_header_t *h)
     pb->flags = h->flags;
     pb->shard_index = h->shard_index;
     pb->shard_count = h->shard_count;
-    pb->staleness = h->staleness;
+    pb->update_staleness = h->update_staleness;
     pb->next_clock = h->next_clock;
     /* protobuf-c packs the pointers without writing through them. */
     pb->error = (char *)h->error;

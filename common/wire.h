@@ -72,7 +72,7 @@ typedef struct zps_header {
     uint32_t flags;
     uint32_t shard_index;
     uint32_t shard_count;
-    uint64_t staleness;
+    uint64_t update_staleness; /* PUSH replies: updates applied since the pulled version */
     uint64_t next_clock;
     char error[ZPS_ERROR_TEXT_MAX];
     const char *json; /* send: borrowed, may be NULL; recv: owned by the zps_message_t */

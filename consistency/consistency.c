@@ -286,7 +286,7 @@ static bool pull_ready(const zps_consistency_t *st, int32_t w, uint64_t t)
     case ZPS_MODE_BSP:
         return st->version >= t;
     case ZPS_MODE_SSP: {
-        uint64_t bound = st->cfg.staleness;
+        uint64_t bound = st->cfg.ssp_bound;
         return t <= bound || zps_consistency_min_clock(st) >= t - bound;
     }
     case ZPS_MODE_ASP:

@@ -18,7 +18,7 @@
  *   pushed[w]         the next clock the shard expects from worker w
  *   v                 the shard's model version: optimizer steps applied
  *   min_clock         min over live workers of pushed[w]
- *   s                 the SSP bound, in clocks (the config's `staleness`)
+ *   s                 the SSP bound, in clocks (the config's `ssp_bound`)
  *   update staleness  updates applied between the version a gradient was
  *                     computed on and the version it is applied to
  *
@@ -74,7 +74,7 @@ typedef enum zps_lr_scaling {
 typedef struct zps_consistency_config {
     zps_mode_t mode;
     uint32_t workers;     /* W >= 1 */
-    uint32_t staleness;   /* SSP: the bound s, in clocks (not an update staleness) */
+    uint32_t ssp_bound;   /* SSP: the bound s, in clocks (zps-server --staleness) */
     uint32_t backup;      /* BSP: B backup workers, B < W */
     uint32_t max_pending; /* waiting pulls allowed per worker (and per observer pool), >= 1 */
     zps_lr_scaling_t lr_scaling; /* SSP, ASP: the rate of a push applied on arrival */

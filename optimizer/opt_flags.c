@@ -50,15 +50,18 @@ int zps_opt_flag_apply(zps_opt_flags_t *f, int code, const char *arg, char *why,
     case ZPS_OPT_FLAG_LR:
         return zps_parse_double(arg, &c->lr) ? bad(why, why_size, "--lr", arg, "a number") : 0;
     case ZPS_OPT_FLAG_MOMENTUM:
-        return zps_parse_double(arg, &c->momentum) ? bad(why, why_size, "--momentum", arg, "a number")
-                                                   : 0;
+        return zps_parse_double(arg, &c->momentum)
+                   ? bad(why, why_size, "--momentum", arg, "a number")
+                   : 0;
     case ZPS_OPT_FLAG_NESTEROV:
         f->nesterov = true;
         return 0;
     case ZPS_OPT_FLAG_BETA1:
-        return zps_parse_double(arg, &c->beta1) ? bad(why, why_size, "--beta1", arg, "a number") : 0;
+        return zps_parse_double(arg, &c->beta1) ? bad(why, why_size, "--beta1", arg, "a number")
+                                                : 0;
     case ZPS_OPT_FLAG_BETA2:
-        return zps_parse_double(arg, &c->beta2) ? bad(why, why_size, "--beta2", arg, "a number") : 0;
+        return zps_parse_double(arg, &c->beta2) ? bad(why, why_size, "--beta2", arg, "a number")
+                                                : 0;
     case ZPS_OPT_FLAG_EPS:
         return zps_parse_double(arg, &c->eps) ? bad(why, why_size, "--eps", arg, "a number") : 0;
     case ZPS_OPT_FLAG_WEIGHT_DECAY:
@@ -75,7 +78,8 @@ int zps_opt_flag_apply(zps_opt_flags_t *f, int code, const char *arg, char *why,
         c->step_every = u;
         return 0;
     case ZPS_OPT_FLAG_GAMMA:
-        return zps_parse_double(arg, &c->gamma) ? bad(why, why_size, "--gamma", arg, "a number") : 0;
+        return zps_parse_double(arg, &c->gamma) ? bad(why, why_size, "--gamma", arg, "a number")
+                                                : 0;
     case ZPS_OPT_FLAG_COSINE_STEPS:
         if (zps_parse_u64(arg, &u))
             return bad(why, why_size, "--cosine-steps", arg, "a positive integer");

@@ -38,6 +38,8 @@ enum {
 };
 
 /* getopt_long entries (<getopt.h>), for inside a struct option initializer. */
+/* One getopt_long entry per line. */
+/* clang-format off */
 #define ZPS_OPT_FLAG_OPTIONS                                                                       \
     {"optimizer", required_argument, NULL, ZPS_OPT_FLAG_OPTIMIZER},                                \
     {"lr", required_argument, NULL, ZPS_OPT_FLAG_LR},                                              \
@@ -53,6 +55,7 @@ enum {
     {"cosine-steps", required_argument, NULL, ZPS_OPT_FLAG_COSINE_STEPS},                          \
     {"lr-min", required_argument, NULL, ZPS_OPT_FLAG_LR_MIN},                                      \
     {"warmup", required_argument, NULL, ZPS_OPT_FLAG_WARMUP}
+/* clang-format on */
 
 /* The flags' usage lines, indented by two spaces, ending in a newline. */
 extern const char zps_opt_flags_usage[];

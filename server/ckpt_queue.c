@@ -70,7 +70,7 @@ static zps_ckpt_job_t *snapshot(zps_daemon_t *d)
     c->opt_steps = zps_optimizer_steps(d->store.opt);
     c->mode = cc->mode;
     c->workers = cc->workers;
-    c->staleness = cc->staleness;
+    c->ssp_bound = cc->ssp_bound;
     c->backup = cc->backup;
     c->pushed = calloc(cc->workers, sizeof(uint64_t));
     c->live = calloc(cc->workers, sizeof(bool));

@@ -308,7 +308,7 @@ void zps_handle_push(zps_daemon_t *d, zps_request_t *r)
         d->count.applied++;
         zps_ckpt_queue_maybe(d);
         zps_reply_header(d, r, &h);
-        h.staleness = dec.update_staleness; /* the wire's name for it */
+        h.update_staleness = dec.update_staleness;
         break;
     case ZPS_PUSH_BUFFER: {
         zps_slot_t *sl = &d->slots[req->worker];

@@ -152,7 +152,7 @@ int main(int argc, char **argv)
         case OPT_STALENESS:
             if (zps_parse_long(a, 0, 1000000, &l))
                 return bad_flag("--staleness", a, "an integer in [0, 1000000]");
-            cfg.consistency.staleness = (uint32_t)l;
+            cfg.consistency.ssp_bound = (uint32_t)l;
             break;
         case OPT_BACKUP:
             if (zps_parse_long(a, 0, 65535, &l))
@@ -245,7 +245,7 @@ int main(int argc, char **argv)
                         "(--mode ssp or asp); BSP steps are never stale\n");
         return 2;
     }
-    if (cfg.consistency.staleness > 0 && cfg.consistency.mode != ZPS_MODE_SSP) {
+    if (cfg.consistency.ssp_bound > 0 && cfg.consistency.mode != ZPS_MODE_SSP) {
         fprintf(stderr, "zps-server: --staleness applies to --mode ssp only\n");
         return 2;
     }

@@ -69,12 +69,12 @@ int zps_resume(zps_daemon_t *d)
     }
 
     const zps_consistency_config_t *cc = &cfg->consistency;
-    if (ck.mode != cc->mode || ck.workers != cc->workers || ck.staleness != cc->staleness ||
+    if (ck.mode != cc->mode || ck.workers != cc->workers || ck.ssp_bound != cc->ssp_bound ||
         ck.backup != cc->backup) {
         zps_error("cannot resume from %s: it was written by a %s shard for %u workers "
                   "(staleness %u, %u backup), this one is %s for %u (staleness %u, %u backup)",
-                  path, zps_mode_name(ck.mode), ck.workers, ck.staleness, ck.backup,
-                  zps_mode_name(cc->mode), cc->workers, cc->staleness, cc->backup);
+                  path, zps_mode_name(ck.mode), ck.workers, ck.ssp_bound, ck.backup,
+                  zps_mode_name(cc->mode), cc->workers, cc->ssp_bound, cc->backup);
         zps_ckpt_fini(&ck);
         return ZPS_EINVAL;
     }

@@ -10,7 +10,7 @@
  * and SIGTERM stop it cleanly: waiting pulls are answered with
  * ZPS_ESHUTDOWN, the socket is closed with a linger, the loop ends.
  *
- * Checkpoints (checkpoint/checkpoint.c has the format) are written every
+ * Checkpoints (checkpoint/checkpoint.h has the format) are written every
  * checkpoint_every versions, on SIGTERM and on a CHECKPOINT request: the loop
  * copies the shard's state, a threadpool thread writes and syncs it, and the
  * result comes back to the loop (ckpt_queue.c). Under BSP a checkpoint

@@ -37,7 +37,7 @@ char *zps_stats_json(const zps_daemon_t *d)
                       (unsigned long long)d->store.range.hi,
                       (unsigned long long)zps_consistency_version(rules),
                       (unsigned long long)zps_consistency_min_clock(rules), zps_mode_name(cc->mode),
-                      cc->staleness, cc->backup, zps_opt_name(&d->cfg->opt),
+                      cc->ssp_bound, cc->backup, zps_opt_name(&d->cfg->opt),
                       cc->lr_scaling == ZPS_LR_SCALING_INVERSE ? "inverse" : "none",
                       (double)d->cfg->worker_timeout_ms / 1e3, cc->workers);
     zps_strbuf_printf(&b, "\"clocks\":[");

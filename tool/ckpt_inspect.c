@@ -82,7 +82,7 @@ static void print_contents(const zps_ckpt_scan_t *scan)
     if (scan->have_workers) {
         printf("consistency   %s, %" PRIu32 " workers, staleness %" PRIu32
                ", backup workers %" PRIu32 "\n",
-               zps_mode_name(c->mode), c->workers, c->staleness, c->backup);
+               zps_mode_name(c->mode), c->workers, c->ssp_bound, c->backup);
         printf("  %-8s %20s %5s %20s\n", "worker", "pushed (next clock)", "live", "dropped");
         for (uint32_t w = 0; w < c->workers; w++)
             printf("  %-8" PRIu32 " %20" PRIu64 " %5s %20" PRIu64 "\n", w, c->pushed[w],

@@ -612,7 +612,7 @@ static void start_servers(launch_t *L)
                   zps_argv_push(a, L->o->mode);
         if (strcmp(L->o->mode, "ssp") == 0)
             bad =
-                bad || zps_argv_push(a, "--staleness") || zps_argv_pushf(a, "%u", L->o->staleness);
+                bad || zps_argv_push(a, "--staleness") || zps_argv_pushf(a, "%u", L->o->ssp_bound);
         if (L->o->backup)
             bad = bad || zps_argv_push(a, "--backup-workers") ||
                   zps_argv_pushf(a, "%u", L->o->backup);
@@ -839,7 +839,7 @@ static int make_run_dir(launch_t *L)
         char stamp[32];
         strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", &tm);
         if (strcmp(o->mode, "ssp") == 0)
-            snprintf(base, sizeof(base), "ssp%u-%s", o->staleness, stamp);
+            snprintf(base, sizeof(base), "ssp%u-%s", o->ssp_bound, stamp);
         else if (o->backup)
             snprintf(base, sizeof(base), "bsp-b%u-%s", o->backup, stamp);
         else
@@ -920,7 +920,7 @@ static int finish(launch_t *L)
     memset(&info, 0, sizeof(info));
     info.name = L->name;
     info.mode = o->mode;
-    info.staleness_bound = o->staleness;
+    info.staleness_bound = o->ssp_bound;
     info.backup_workers = o->backup;
     info.lr_staleness = o->lr_staleness;
     info.targets = o->targets;

@@ -344,7 +344,7 @@ int zps_launch_opts_parse(int argc, char **argv, zps_launch_opts_t *o)
         case O_STALENESS:
             if (zps_parse_long(a, 0, 1000000, &l))
                 return usage_error("invalid --staleness '%s': expected an integer >= 0", a);
-            o->staleness = (uint32_t)l;
+            o->ssp_bound = (uint32_t)l;
             have_staleness = true;
             break;
         case O_BACKUP:

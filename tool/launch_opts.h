@@ -40,7 +40,7 @@ typedef struct zps_launch_straggler {
 typedef struct zps_launch_opts {
     uint32_t servers, workers;
     const char *mode; /* "bsp", "ssp" or "asp" */
-    uint32_t staleness, backup;
+    uint32_t ssp_bound, backup;
     const char *lr_staleness;
     const char *name;
     const char *runs_dir;

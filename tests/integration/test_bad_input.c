@@ -123,8 +123,7 @@ static void expect_error(fixture_t *f, int code, uint64_t request_id)
     size_t plen;
     Zps__Header *h = recv_reply(f, buf, 8, &plen);
     if (h->status != code)
-        fail_msg("expected %s, got %s (%s)", zps_errname(code), zps_errname(h->status),
-                 h->error);
+        fail_msg("expected %s, got %s (%s)", zps_errname(code), zps_errname(h->status), h->error);
     assert_true(h->reply);
     assert_int_equal(plen, 0);
     assert_true(strlen(h->error) > 0);

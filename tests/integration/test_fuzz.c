@@ -303,7 +303,7 @@ static void build(request_t *q, const ref_t *r, uint64_t id)
         default:
             h.status = -(int32_t)below(30);
             h.next_clock = rnd();
-            h.staleness = rnd();
+            h.update_staleness = rnd();
             note(q, ", reply-only fields set");
             break;
         }

@@ -34,7 +34,7 @@ typedef struct run {
     const char *mode;
     int shards;
     const char *extra[6]; /* more server flags */
-    uint32_t staleness;   /* SSP bound, for the checks */
+    uint32_t ssp_bound;   /* SSP bound, for the checks */
     uint32_t backup;
     bool same_gradients; /* every worker pushes the same gradient at a clock */
     bool inverse_lr;
@@ -93,7 +93,7 @@ static void *worker(void *p)
         else if (strcmp(r->mode, "bsp") == 0)
             ok = info.min_version >= t;
         else if (strcmp(r->mode, "ssp") == 0)
-            ok = info.min_clock + r->staleness >= t;
+            ok = info.min_clock + r->ssp_bound >= t;
         if (!ok) {
             snprintf(a->why, sizeof(a->why),
                      "pull for clock %llu answered at version %llu..%llu, min_clock %llu",
@@ -118,7 +118,7 @@ static void *worker(void *p)
             break;
         }
         /* The learning rate this push got, as the server computes it. */
-        double scale = r->inverse_lr ? 1.0 / (1.0 + (double)info.staleness) : 1.0;
+        double scale = r->inverse_lr ? 1.0 / (1.0 + (double)info.update_staleness) : 1.0;
         float lr_eff = (float)(LR * scale);
         for (int i = 0; i < N; i++)
             a->lr_sum[i] += (double)lr_eff * g[i];
@@ -260,7 +260,7 @@ static void test_bsp_backup(void **state)
 static void test_ssp(void **state)
 {
     (void)state;
-    run_t r = {.mode = "ssp", .shards = 2, .extra = {"--staleness", "2"}, .staleness = 2};
+    run_t r = {.mode = "ssp", .shards = 2, .extra = {"--staleness", "2"}, .ssp_bound = 2};
     run_mode(&r);
 }
 

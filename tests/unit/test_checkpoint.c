@@ -243,7 +243,7 @@ static fixture_t *make_fixture(uint32_t index, uint32_t count, uint64_t total, z
 
     c->mode = mode;
     c->workers = workers;
-    c->staleness = mode == ZPS_MODE_SSP ? 3 : 0;
+    c->ssp_bound = mode == ZPS_MODE_SSP ? 3 : 0;
     c->backup = mode == ZPS_MODE_BSP && workers > 2 ? 2 : 0;
     for (uint32_t w = 0; w < workers; w++) {
         f->pushed[w] = version + (w % 3 == 0 ? 0 : 1) + (uint64_t)w * 1000000007ull;
@@ -304,7 +304,7 @@ static void assert_same(const zps_ckpt_t *a, const zps_ckpt_t *b)
     assert_int_equal(a->opt_steps, b->opt_steps);
     assert_int_equal(a->mode, b->mode);
     assert_int_equal(a->workers, b->workers);
-    assert_int_equal(a->staleness, b->staleness);
+    assert_int_equal(a->ssp_bound, b->ssp_bound);
     assert_int_equal(a->backup, b->backup);
     for (uint32_t w = 0; w < a->workers; w++) {
         assert_int_equal(a->pushed[w], b->pushed[w]);

@@ -647,8 +647,8 @@ static void test_synthetic_classes_spec(void **state)
     (void)state;
     zps_dataset_t tr, te;
     char err[256];
-    int rc = zps_dataset_open("synthetic:n=300,test=50,dim=5,classes=3,seed=4", "/none", 1, &tr, &te,
-                              err, sizeof(err));
+    int rc = zps_dataset_open("synthetic:n=300,test=50,dim=5,classes=3,seed=4", "/none", 1, &tr,
+                              &te, err, sizeof(err));
     if (rc)
         fail_msg("%s", err);
     assert_int_equal(tr.n, 300);
@@ -683,12 +683,9 @@ static void test_synthetic_classes_spec(void **state)
     zps_dataset_fini(&te);
 
     static const char *const bad[][2] = {
-        {"synthetic:classes=1", "classes=1"},
-        {"synthetic:n=50,classes=0", "classes=0"},
-        {"synthetic:classes=x", "classes=x"},
-        {"synthetic:classes=", "classes="},
-        {"synthetic:classes=-3", "classes=-3"},
-        {"synthetic:classes=2.5", "classes=2.5"},
+        {"synthetic:classes=1", "classes=1"},         {"synthetic:n=50,classes=0", "classes=0"},
+        {"synthetic:classes=x", "classes=x"},         {"synthetic:classes=", "classes="},
+        {"synthetic:classes=-3", "classes=-3"},       {"synthetic:classes=2.5", "classes=2.5"},
         {"synthetic:classes=65537", "classes=65537"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {

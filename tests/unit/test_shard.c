@@ -89,7 +89,8 @@ static void test_bad_arguments(void **state)
     assert_int_equal(zps_shard_parse("1/4", &i, &s), 0);
     assert_int_equal(i, 1);
     assert_int_equal(s, 4);
-    const char *bad[] = {"", "4/4", "1/0", "-1/4", "1/", "/4", "1/4x", "a/b", "1:4", " 1/4", "1/+4"};
+    const char *bad[] = {"",     "4/4", "1/0", "-1/4", "1/",  "/4",
+                         "1/4x", "a/b", "1:4", " 1/4", "1/+4"};
     for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
         i = 9;
         assert_int_equal(zps_shard_parse(bad[k], &i, &s), ZPS_EINVAL);
@@ -100,8 +101,8 @@ static void test_bad_arguments(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_formula),     cmocka_unit_test(test_one_element),
-        cmocka_unit_test(test_coverage),    cmocka_unit_test(test_huge_model),
+        cmocka_unit_test(test_formula),       cmocka_unit_test(test_one_element),
+        cmocka_unit_test(test_coverage),      cmocka_unit_test(test_huge_model),
         cmocka_unit_test(test_bad_arguments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

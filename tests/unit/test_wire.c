@@ -78,7 +78,7 @@ static void test_round_trip(void **state)
     h.flags = ZPS_FLAG_RANGE;
     h.shard_index = 1;
     h.shard_count = 2;
-    h.staleness = 5;
+    h.update_staleness = 5;
     float v[5] = {1.5f, -2.0f, 0.0f, 3.25f, 1e-30f};
     assert_int_equal(zps_wire_send(p->dealer, NULL, &h, v, 5, NULL, NULL, 0), 0);
     assert_int_equal(h.length, 5);
@@ -103,7 +103,7 @@ static void test_round_trip(void **state)
     assert_int_equal(m.hdr.flags, ZPS_FLAG_RANGE);
     assert_int_equal(m.hdr.shard_index, 1);
     assert_int_equal(m.hdr.shard_count, 2);
-    assert_int_equal(m.hdr.staleness, 5);
+    assert_int_equal(m.hdr.update_staleness, 5);
     assert_memory_equal(zps_message_floats(&m), v, sizeof(v));
 
     /* A reply back to that peer, zero-copy, with an error text and JSON. */
