@@ -31,18 +31,6 @@
 
 /* ---- messages ---- */
 
-static void say(char *why, size_t why_size, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void say(char *why, size_t why_size, const char *fmt, ...)
-{
-    if (why == NULL || why_size == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, why_size, fmt, ap);
-    va_end(ap);
-}
-
 /* Appends one line to a report buffer, keeping it NUL-terminated. */
 static void report_add(char *rep, size_t size, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -124,7 +112,7 @@ int zps_ckpt_write(const char *dir, const zps_ckpt_t *c, char *path_out, size_t 
                    char *why, size_t why_size)
 {
     if (dir == NULL || c == NULL) {
-        say(why, why_size, "no directory or no checkpoint");
+        zps_set_reason(why, why_size, "no directory or no checkpoint");
         return ZPS_EINVAL;
     }
     /* Refuse a bad checkpoint before any file exists. */
@@ -136,7 +124,7 @@ int zps_ckpt_write(const char *dir, const zps_ckpt_t *c, char *path_out, size_t 
     char name[96], final[PATH_MAX], tmp[PATH_MAX];
     if (zps_ckpt_file_name(c->shard_index, c->shard_count, c->version, name, sizeof(name)) != 0 ||
         join(dir, name, final, sizeof(final)) != 0) {
-        say(why, why_size, "path too long: %s/%s", dir, name);
+        zps_set_reason(why, why_size, "path too long: %s/%s", dir, name);
         return ZPS_EINVAL;
     }
 
@@ -148,17 +136,17 @@ int zps_ckpt_write(const char *dir, const zps_ckpt_t *c, char *path_out, size_t 
         snprintf(tmpname, sizeof(tmpname), ".%s.tmp.%ld.%u", name, (long)getpid(),
                  atomic_fetch_add(&tmp_seq, 1));
         if (join(dir, tmpname, tmp, sizeof(tmp)) != 0) {
-            say(why, why_size, "path too long: %s/%s", dir, tmpname);
+            zps_set_reason(why, why_size, "path too long: %s/%s", dir, tmpname);
             return ZPS_EINVAL;
         }
         fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
         if (fd < 0 && errno != EEXIST) {
-            say(why, why_size, "create %s: %s", tmp, strerror(errno));
+            zps_set_reason(why, why_size, "create %s: %s", tmp, strerror(errno));
             return ZPS_EIO;
         }
     }
     if (fd < 0) {
-        say(why, why_size, "create %s: %s", tmp, strerror(EEXIST));
+        zps_set_reason(why, why_size, "create %s: %s", tmp, strerror(EEXIST));
         return ZPS_EIO;
     }
 
@@ -178,14 +166,15 @@ int zps_ckpt_write(const char *dir, const zps_ckpt_t *c, char *path_out, size_t 
         goto io_fail;
     }
     if (rename(tmp, final) != 0) {
-        say(why, why_size, "rename %s to %s: %s", tmp, final, strerror(errno));
+        zps_set_reason(why, why_size, "rename %s to %s: %s", tmp, final, strerror(errno));
         rc = ZPS_EIO;
         goto fail;
     }
 
     /* The file is complete under its name; the directory entry must be durable too. */
     if (sync_dir(dir) != 0) {
-        say(why, why_size,
+        zps_set_reason(
+            why, why_size,
             "fsync directory %s: %s (%s is complete but its name may not survive a crash)", dir,
             strerror(errno), final);
         return ZPS_EIO;
@@ -195,7 +184,7 @@ int zps_ckpt_write(const char *dir, const zps_ckpt_t *c, char *path_out, size_t 
     return 0;
 
 io_fail:
-    say(why, why_size, "%s %s: %s", step, tmp, strerror(err));
+    zps_set_reason(why, why_size, "%s %s: %s", step, tmp, strerror(err));
     rc = ZPS_EIO;
 fail:
     if (fd >= 0)
@@ -236,7 +225,7 @@ static int list_shard(const char *dir, uint32_t index, uint32_t count, candidate
     DIR *d = opendir(dir);
     if (d == NULL) {
         *err = errno;
-        say(why, why_size, "cannot list %s: %s", dir, strerror(errno));
+        zps_set_reason(why, why_size, "cannot list %s: %s", dir, strerror(errno));
         return ZPS_EIO;
     }
     candidate_t *list = NULL;
@@ -248,7 +237,7 @@ static int list_shard(const char *dir, uint32_t index, uint32_t count, candidate
         if (de == NULL) {
             if (errno != 0) {
                 *err = errno;
-                say(why, why_size, "cannot list %s: %s", dir, strerror(errno));
+                zps_set_reason(why, why_size, "cannot list %s: %s", dir, strerror(errno));
                 rc = ZPS_EIO;
             }
             break;
@@ -277,7 +266,7 @@ static int list_shard(const char *dir, uint32_t index, uint32_t count, candidate
     closedir(d);
     if (rc != 0) {
         if (rc == ZPS_ENOMEM)
-            say(why, why_size, "out of memory");
+            zps_set_reason(why, why_size, "out of memory");
         free_candidates(list, n);
         return rc;
     }

@@ -102,18 +102,6 @@ static float get_f32(const uint8_t *p)
 
 /* ---- messages ---- */
 
-static void say(char *why, size_t why_size, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void say(char *why, size_t why_size, const char *fmt, ...)
-{
-    if (why == NULL || why_size == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, why_size, fmt, ap);
-    va_end(ap);
-}
-
 static const char *section_base_name(uint32_t id)
 {
     switch (id) {
@@ -147,20 +135,22 @@ static void section_name(uint32_t id, const char *state_name, char *buf, size_t 
 static int check_shard_fields(const zps_ckpt_t *c, char *why, size_t why_size)
 {
     if (c->shard_count < 1 || c->shard_index >= c->shard_count) {
-        say(why, why_size, "shard %" PRIu32 "/%" PRIu32 " does not exist (need I < S)",
-            c->shard_index, c->shard_count);
+        zps_set_reason(why, why_size, "shard %" PRIu32 "/%" PRIu32 " does not exist (need I < S)",
+                       c->shard_index, c->shard_count);
         return -1;
     }
     if (c->range.lo > c->range.hi || c->range.hi > c->total) {
-        say(why, why_size,
-            "range [%" PRIu64 ", %" PRIu64 ") does not fit a model of %" PRIu64 " elements",
-            c->range.lo, c->range.hi, c->total);
+        zps_set_reason(why, why_size,
+                       "range [%" PRIu64 ", %" PRIu64 ") does not fit a model of %" PRIu64
+                       " elements",
+                       c->range.lo, c->range.hi, c->total);
         return -1;
     }
     /* Every array of the shard is [hi - lo] floats; its byte size must fit. */
     if (zps_range_len(c->range) > (SIZE_MAX - CHUNK_BYTES) / sizeof(float) / 4) {
-        say(why, why_size, "range [%" PRIu64 ", %" PRIu64 ") is too large for this machine",
-            c->range.lo, c->range.hi);
+        zps_set_reason(why, why_size,
+                       "range [%" PRIu64 ", %" PRIu64 ") is too large for this machine",
+                       c->range.lo, c->range.hi);
         return -1;
     }
     return 0;
@@ -175,20 +165,20 @@ static int check_opt_fields(const zps_ckpt_t *c, char *why, size_t why_size)
 {
     char reason[200];
     if (zps_opt_config_check(&c->opt, reason, sizeof(reason)) != 0) {
-        say(why, why_size, "invalid optimizer configuration: %s", reason);
+        zps_set_reason(why, why_size, "invalid optimizer configuration: %s", reason);
         return -1;
     }
     zps_optimizer_t *opt = NULL;
     int rc = zps_optimizer_new(&c->opt, 0, &opt);
     if (rc != 0) {
-        say(why, why_size, "cannot build the optimizer: %s", zps_strerror(rc));
+        zps_set_reason(why, why_size, "cannot build the optimizer: %s", zps_strerror(rc));
         return rc == ZPS_ENOMEM ? ZPS_ENOMEM : -1;
     }
     int result = 0;
     size_t want = zps_optimizer_state_count(opt);
     if (c->nstate != want) {
-        say(why, why_size, "optimizer %s keeps %zu state arrays, not %" PRIu32,
-            zps_opt_name(&c->opt), want, c->nstate);
+        zps_set_reason(why, why_size, "optimizer %s keeps %zu state arrays, not %" PRIu32,
+                       zps_opt_name(&c->opt), want, c->nstate);
         result = -1;
     }
     for (size_t i = 0; result == 0 && i < want; i++) {
@@ -196,8 +186,8 @@ static int check_opt_fields(const zps_ckpt_t *c, char *why, size_t why_size)
         zps_optimizer_state(opt, i, &name);
         if (strnlen(c->state_names[i], ZPS_CKPT_NAME_SIZE) == ZPS_CKPT_NAME_SIZE ||
             strcmp(c->state_names[i], name) != 0) {
-            say(why, why_size, "optimizer %s's state array %zu is '%s', not '%.*s'",
-                zps_opt_name(&c->opt), i, name, ZPS_CKPT_NAME_SIZE, c->state_names[i]);
+            zps_set_reason(why, why_size, "optimizer %s's state array %zu is '%s', not '%.*s'",
+                           zps_opt_name(&c->opt), i, name, ZPS_CKPT_NAME_SIZE, c->state_names[i]);
             result = -1;
         }
     }
@@ -220,11 +210,11 @@ static int check_workers_fields(const zps_ckpt_t *c, char *why, size_t why_size)
     int rc = zps_consistency_new(&cfg, &st, reason, sizeof(reason));
     zps_consistency_free(st);
     if (rc == ZPS_ENOMEM) {
-        say(why, why_size, "out of memory");
+        zps_set_reason(why, why_size, "out of memory");
         return ZPS_ENOMEM;
     }
     if (rc != 0) {
-        say(why, why_size, "invalid consistency configuration: %s", reason);
+        zps_set_reason(why, why_size, "invalid consistency configuration: %s", reason);
         return -1;
     }
     return 0;
@@ -446,18 +436,18 @@ int zps_ckpt_validate(const zps_ckpt_t *c, char *why, size_t why_size)
 
 refused:
     if (rc == ZPS_ENOMEM) {
-        say(why, why_size, "out of memory");
+        zps_set_reason(why, why_size, "out of memory");
         return ZPS_ENOMEM;
     }
 invalid:
-    say(why, why_size, "not a valid checkpoint: %s", reason);
+    zps_set_reason(why, why_size, "not a valid checkpoint: %s", reason);
     return ZPS_EINVAL;
 }
 
 int zps_ckpt_encode(int fd, const zps_ckpt_t *c, const char *path, char *why, size_t why_size)
 {
     if (c == NULL) {
-        say(why, why_size, "no checkpoint");
+        zps_set_reason(why, why_size, "no checkpoint");
         return ZPS_EINVAL;
     }
     int rc = zps_ckpt_validate(c, why, why_size);
@@ -466,7 +456,7 @@ int zps_ckpt_encode(int fd, const zps_ckpt_t *c, const char *path, char *why, si
     wstream_t ws = {.fd = fd};
     ws.buf = malloc(CHUNK_BYTES);
     if (ws.buf == NULL) {
-        say(why, why_size, "out of memory");
+        zps_set_reason(why, why_size, "out of memory");
         return ZPS_ENOMEM;
     }
 
@@ -536,7 +526,7 @@ int zps_ckpt_encode(int fd, const zps_ckpt_t *c, const char *path, char *why, si
             err = errno;
     }
     if (err != 0) {
-        say(why, why_size, "write %s: %s", path, strerror(err));
+        zps_set_reason(why, why_size, "write %s: %s", path, strerror(err));
         return ZPS_EIO;
     }
     return 0;
@@ -584,12 +574,12 @@ static int read_at(int fd, const char *path, uint64_t off, void *dst, size_t n, 
         if (k < 0 && errno == EINTR)
             continue;
         if (k < 0) {
-            say(why, why_size, "read %s: %s", path, strerror(errno));
+            zps_set_reason(why, why_size, "read %s: %s", path, strerror(errno));
             return ZPS_EIO;
         }
         if (k == 0) {
-            say(why, why_size, "read %s: the file ended early (did it change while being read?)",
-                path);
+            zps_set_reason(why, why_size,
+                           "read %s: the file ended early (did it change while being read?)", path);
             return ZPS_EIO;
         }
         p += k;
@@ -616,12 +606,12 @@ static int check_header(const uint8_t *h, size_t have, uint64_t size, uint32_t *
 {
     size_t m = have < 8 ? have : 8;
     if (memcmp(h, ZPS_CKPT_MAGIC, m) != 0) {
-        say(why, why_size, "bad magic: not a zps checkpoint");
+        zps_set_reason(why, why_size, "bad magic: not a zps checkpoint");
         return ZPS_ECORRUPT;
     }
     if (have < 12) {
-        say(why, why_size, "truncated: header ends at byte %d, file has %" PRIu64, HEADER_BYTES,
-            size);
+        zps_set_reason(why, why_size, "truncated: header ends at byte %d, file has %" PRIu64,
+                       HEADER_BYTES, size);
         return ZPS_ECORRUPT;
     }
     *format = get_u32(h + 8);
@@ -630,36 +620,37 @@ static int check_header(const uint8_t *h, size_t have, uint64_t size, uint32_t *
     if (*format != ZPS_CKPT_FORMAT) {
         /* A newer writer keeps magic and version where they are; a bit flip in
          * the version of a version-1 file shows as a header checksum mismatch. */
-        say(why, why_size, "unsupported format version %" PRIu32 " (this build reads version %d)%s",
+        zps_set_reason(
+            why, why_size, "unsupported format version %" PRIu32 " (this build reads version %d)%s",
             *format, ZPS_CKPT_FORMAT,
             have == HEADER_BYTES && !crc_ok ? ", or a corrupt header: its checksum does not match"
                                             : "");
         return ZPS_ECORRUPT;
     }
     if (have < HEADER_BYTES) {
-        say(why, why_size, "truncated: header ends at byte %d, file has %" PRIu64, HEADER_BYTES,
-            size);
+        zps_set_reason(why, why_size, "truncated: header ends at byte %d, file has %" PRIu64,
+                       HEADER_BYTES, size);
         return ZPS_ECORRUPT;
     }
     if (!crc_ok) {
-        say(why, why_size, "header checksum mismatch");
+        zps_set_reason(why, why_size, "header checksum mismatch");
         return ZPS_ECORRUPT;
     }
     if (get_u32(h + 12) != HEADER_BYTES) {
-        say(why, why_size, "header: header size %" PRIu32 ", format version 1 has %d",
-            get_u32(h + 12), HEADER_BYTES);
+        zps_set_reason(why, why_size, "header: header size %" PRIu32 ", format version 1 has %d",
+                       get_u32(h + 12), HEADER_BYTES);
         return ZPS_ECORRUPT;
     }
     for (int i = 32; i < HEADER_CRC_AT; i++) {
         if (h[i] != 0) {
-            say(why, why_size, "header: reserved byte %d is not zero", i);
+            zps_set_reason(why, why_size, "header: reserved byte %d is not zero", i);
             return ZPS_ECORRUPT;
         }
     }
     *nsec = get_u32(h + 24);
     if (*nsec < 4 || *nsec > ZPS_CKPT_MAX_SECTIONS) {
-        say(why, why_size, "header: %" PRIu32 " sections; format version 1 has 4 to %d", *nsec,
-            ZPS_CKPT_MAX_SECTIONS);
+        zps_set_reason(why, why_size, "header: %" PRIu32 " sections; format version 1 has 4 to %d",
+                       *nsec, ZPS_CKPT_MAX_SECTIONS);
         return ZPS_ECORRUPT;
     }
     *total = get_u64(h + 16);
@@ -678,29 +669,30 @@ static int check_layout(const entry_t *e, uint32_t nsec, uint64_t table_end, uin
     for (uint32_t s = 0; s < nsec; s++) {
         uint32_t want = s < 4 ? (uint32_t)ZPS_CKPT_SEC_SHARD + s : ZPS_CKPT_SEC_STATE + (s - 4);
         if (e[s].id != want) {
-            say(why, why_size,
-                "section table: entry %" PRIu32 " has id %" PRIu32 ", expected %" PRIu32, s,
-                e[s].id, want);
+            zps_set_reason(why, why_size,
+                           "section table: entry %" PRIu32 " has id %" PRIu32 ", expected %" PRIu32,
+                           s, e[s].id, want);
             return ZPS_ECORRUPT;
         }
         if (e[s].offset != at) {
-            say(why, why_size,
-                "section table: section '%s' starts at byte %" PRIu64 ", expected %" PRIu64,
-                e[s].name, e[s].offset, at);
+            zps_set_reason(why, why_size,
+                           "section table: section '%s' starts at byte %" PRIu64
+                           ", expected %" PRIu64,
+                           e[s].name, e[s].offset, at);
             return ZPS_ECORRUPT;
         }
         if (e[s].length > UINT64_MAX - at) {
-            say(why, why_size, "section table: section '%s' is %" PRIu64 " bytes", e[s].name,
-                e[s].length);
+            zps_set_reason(why, why_size, "section table: section '%s' is %" PRIu64 " bytes",
+                           e[s].name, e[s].length);
             return ZPS_ECORRUPT;
         }
         at += e[s].length;
     }
     if (at != total) {
-        say(why, why_size,
-            "section table: sections end at byte %" PRIu64
-            ", the header says the file has %" PRIu64,
-            at, total);
+        zps_set_reason(why, why_size,
+                       "section table: sections end at byte %" PRIu64
+                       ", the header says the file has %" PRIu64,
+                       at, total);
         return ZPS_ECORRUPT;
     }
     return 0;
@@ -733,7 +725,7 @@ static void section_bad(loader_t *L, uint32_t s, int code, const char *fmt, ...)
     va_end(ap);
     if (L->rc == 0) {
         L->rc = code;
-        say(L->why, L->why_size, "%s", msg);
+        zps_set_reason(L->why, L->why_size, "%s", msg);
     }
     if (L->scan && s < ZPS_CKPT_MAX_SECTIONS) {
         zps_ckpt_section_check_t *sc = &L->scan->sections[s];
@@ -1047,17 +1039,17 @@ static int load(const char *path, zps_ckpt_scan_t *scan, bool decode_arrays, zps
 
     L.fd = open(path, O_RDONLY | O_CLOEXEC);
     if (L.fd < 0) {
-        say(why, why_size, "cannot open %s: %s", path, strerror(errno));
+        zps_set_reason(why, why_size, "cannot open %s: %s", path, strerror(errno));
         return ZPS_EIO;
     }
     struct stat st;
     if (fstat(L.fd, &st) != 0) {
-        say(why, why_size, "cannot stat %s: %s", path, strerror(errno));
+        zps_set_reason(why, why_size, "cannot stat %s: %s", path, strerror(errno));
         L.rc = ZPS_EIO;
         goto done;
     }
     if (!S_ISREG(st.st_mode)) {
-        say(why, why_size, "%s is not a regular file", path);
+        zps_set_reason(why, why_size, "%s is not a regular file", path);
         L.rc = ZPS_EIO;
         goto done;
     }
@@ -1079,8 +1071,9 @@ static int load(const char *path, zps_ckpt_scan_t *scan, bool decode_arrays, zps
 
     uint64_t table_end = HEADER_BYTES + (uint64_t)ENTRY_BYTES * nsec;
     if (L.size < table_end) {
-        say(why, why_size, "truncated: section table ends at byte %" PRIu64 ", file has %" PRIu64,
-            table_end, L.size);
+        zps_set_reason(why, why_size,
+                       "truncated: section table ends at byte %" PRIu64 ", file has %" PRIu64,
+                       table_end, L.size);
         L.rc = ZPS_ECORRUPT;
         goto done;
     }
@@ -1089,7 +1082,7 @@ static int load(const char *path, zps_ckpt_scan_t *scan, bool decode_arrays, zps
                         why_size)) != 0)
         goto done;
     if (zps_crc32c(0, t, (size_t)(table_end - HEADER_BYTES)) != get_u32(h + 28)) {
-        say(why, why_size, "section table checksum mismatch");
+        zps_set_reason(why, why_size, "section table checksum mismatch");
         L.rc = ZPS_ECORRUPT;
         goto done;
     }
@@ -1120,15 +1113,15 @@ static int load(const char *path, zps_ckpt_scan_t *scan, bool decode_arrays, zps
 
     L.buf = malloc(CHUNK_BYTES);
     if (L.buf == NULL) {
-        say(why, why_size, "out of memory");
+        zps_set_reason(why, why_size, "out of memory");
         L.rc = ZPS_ENOMEM;
         goto done;
     }
     if (L.size > total) {
-        say(why, why_size,
-            "file has %" PRIu64 " bytes, the header says %" PRIu64
-            ": trailing bytes after the last section",
-            L.size, total);
+        zps_set_reason(why, why_size,
+                       "file has %" PRIu64 " bytes, the header says %" PRIu64
+                       ": trailing bytes after the last section",
+                       L.size, total);
         L.rc = ZPS_ECORRUPT;
         if (!scan)
             goto done;
@@ -1202,7 +1195,7 @@ done:
 int zps_ckpt_read(const char *path, zps_ckpt_t *out, char *why, size_t why_size)
 {
     if (path == NULL || out == NULL) {
-        say(why, why_size, "no path or no output");
+        zps_set_reason(why, why_size, "no path or no output");
         return ZPS_EINVAL;
     }
     return load(path, NULL, true, out, why, why_size);
@@ -1213,7 +1206,7 @@ int zps_ckpt_verify(const char *path, zps_ckpt_scan_t *scan, char *why, size_t w
     if (scan)
         memset(scan, 0, sizeof(*scan));
     if (path == NULL || scan == NULL) {
-        say(why, why_size, "no path or no output");
+        zps_set_reason(why, why_size, "no path or no output");
         return ZPS_EINVAL;
     }
     return load(path, scan, false, NULL, why, why_size);
@@ -1223,25 +1216,27 @@ int zps_ckpt_check_shard(const zps_ckpt_t *c, uint32_t index, uint32_t count, ui
                          char *why, size_t why_size)
 {
     if (c->shard_index != index || c->shard_count != count) {
-        say(why, why_size,
-            "the checkpoint is of shard %" PRIu32 "/%" PRIu32 ", this is shard %" PRIu32
-            "/%" PRIu32,
-            c->shard_index, c->shard_count, index, count);
+        zps_set_reason(why, why_size,
+                       "the checkpoint is of shard %" PRIu32 "/%" PRIu32 ", this is shard %" PRIu32
+                       "/%" PRIu32,
+                       c->shard_index, c->shard_count, index, count);
         return ZPS_ERANGE;
     }
     if (total_or_0 != 0 && c->total != total_or_0) {
-        say(why, why_size,
-            "the checkpoint holds a model of %" PRIu64 " elements, this one has %" PRIu64, c->total,
-            total_or_0);
+        zps_set_reason(why, why_size,
+                       "the checkpoint holds a model of %" PRIu64
+                       " elements, this one has %" PRIu64,
+                       c->total, total_or_0);
         return ZPS_ESIZE;
     }
     zps_range_t rule;
     if (zps_shard_range(c->total, index, count, &rule) != 0 || rule.lo != c->range.lo ||
         rule.hi != c->range.hi) {
-        say(why, why_size,
-            "the checkpoint's range [%" PRIu64 ", %" PRIu64 ") is not shard %" PRIu32 "/%" PRIu32
-            "'s range [%" PRIu64 ", %" PRIu64 ") of a model of %" PRIu64 " elements",
-            c->range.lo, c->range.hi, index, count, rule.lo, rule.hi, c->total);
+        zps_set_reason(why, why_size,
+                       "the checkpoint's range [%" PRIu64 ", %" PRIu64 ") is not shard %" PRIu32
+                       "/%" PRIu32 "'s range [%" PRIu64 ", %" PRIu64 ") of a model of %" PRIu64
+                       " elements",
+                       c->range.lo, c->range.hi, index, count, rule.lo, rule.hi, c->total);
         return ZPS_ERANGE;
     }
     return 0;
