@@ -226,6 +226,7 @@ static void test_bsp_four_workers(void **state)
 {
     (void)state;
     zps_consistency_t *st = make(ZPS_MODE_BSP, 4, 0, 0);
+    /* clang-format off */
     const step_t script[] = {
         {PULL, 0, 0, 1, RDY_, {0}},
         {PUSH, 0, 0, 0, BUF_, {0}},
@@ -244,6 +245,7 @@ static void test_bsp_four_workers(void **state)
         {PULL, 2, 0, 13, RDY_, {0}}, /* an old clock is answered with what exists */
         E,
     };
+    /* clang-format on */
     run(st, script);
     zps_consistency_free(st);
 }
@@ -253,6 +255,7 @@ static void test_bsp_retry_and_gaps(void **state)
 {
     (void)state;
     zps_consistency_t *st = make(ZPS_MODE_BSP, 2, 0, 0);
+    /* clang-format off */
     const step_t script[] = {
         {PUSH, 0, 0, 0, BUF_, {0}},
         {PUSH, 0, 0, 0, RETRY_, {0}},
@@ -272,6 +275,7 @@ static void test_bsp_retry_and_gaps(void **state)
         {VER, 0, 1, 1, 0, {0}},
         E,
     };
+    /* clang-format on */
     run(st, script);
     zps_consistency_free(st);
 }
@@ -282,19 +286,31 @@ static void test_ssp_bound(void **state)
 {
     (void)state;
     zps_consistency_t *st = make(ZPS_MODE_SSP, 2, 2, 0);
+    /* clang-format off */
     const step_t script[] = {
-        {PULL, 0, 0, 1, RDY_, {0}},   {PUSH, 0, 0, 0, APPLY_, {0}},
-        {PULL, 0, 1, 2, RDY_, {0}},   {PUSH, 0, 1, 0, APPLY_, {0}},
-        {PULL, 0, 2, 3, RDY_, {0}},   {PUSH, 0, 2, 0, APPLY_, {0}},
-        {VER, 0, 3, 0, 0, {0}},       {PULL, 0, 3, 4, Q_, {0}},
+        {PULL, 0, 0, 1, RDY_, {0}},
+        {PUSH, 0, 0, 0, APPLY_, {0}},
+        {PULL, 0, 1, 2, RDY_, {0}},
+        {PUSH, 0, 1, 0, APPLY_, {0}},
+        {PULL, 0, 2, 3, RDY_, {0}},
+        {PUSH, 0, 2, 0, APPLY_, {0}},
+        {VER, 0, 3, 0, 0, {0}},
+        {PULL, 0, 3, 4, Q_, {0}},
         {PULL, 1, 0, 5, RDY_, {0}}, /* the slow worker is never held back */
-        {READY, 0, 0, 0, 0, {0}},     {PUSH, 1, 0, 0, APPLY_, {0}},
-        {READY, 0, 0, 1, 0, {4}},     {VER, 0, 4, 1, 0, {0}},
-        {PUSH, 0, 3, 0, APPLY_, {0}}, {PULL, 0, 4, 6, Q_, {0}}, /* needs min_clock >= 2 */
-        {PUSH, 1, 1, 0, APPLY_, {0}}, {READY, 0, 0, 1, 0, {6}},
-        {PUSH, 1, 1, 0, RETRY_, {0}}, {PUSH, 1, 3, 0, ZPS_ECLOCK, {0}},
-        {VER, 0, 6, 2, 0, {0}},       E,
+        {READY, 0, 0, 0, 0, {0}},
+        {PUSH, 1, 0, 0, APPLY_, {0}},
+        {READY, 0, 0, 1, 0, {4}},
+        {VER, 0, 4, 1, 0, {0}},
+        {PUSH, 0, 3, 0, APPLY_, {0}},
+        {PULL, 0, 4, 6, Q_, {0}}, /* needs min_clock >= 2 */
+        {PUSH, 1, 1, 0, APPLY_, {0}},
+        {READY, 0, 0, 1, 0, {6}},
+        {PUSH, 1, 1, 0, RETRY_, {0}},
+        {PUSH, 1, 3, 0, ZPS_ECLOCK, {0}},
+        {VER, 0, 6, 2, 0, {0}},
+        E,
     };
+    /* clang-format on */
     run(st, script);
     zps_consistency_free(st);
 }
@@ -304,12 +320,18 @@ static void test_ssp_zero(void **state)
 {
     (void)state;
     zps_consistency_t *st = make(ZPS_MODE_SSP, 3, 0, 0);
+    /* clang-format off */
     const step_t script[] = {
-        {PUSH, 0, 0, 0, APPLY_, {0}}, {PULL, 0, 1, 1, Q_, {0}},
-        {PUSH, 1, 0, 0, APPLY_, {0}}, {READY, 0, 0, 0, 0, {0}},
-        {PUSH, 2, 0, 0, APPLY_, {0}}, {READY, 0, 0, 1, 0, {1}},
-        {VER, 0, 3, 1, 0, {0}},       E,
+        {PUSH, 0, 0, 0, APPLY_, {0}},
+        {PULL, 0, 1, 1, Q_, {0}},
+        {PUSH, 1, 0, 0, APPLY_, {0}},
+        {READY, 0, 0, 0, 0, {0}},
+        {PUSH, 2, 0, 0, APPLY_, {0}},
+        {READY, 0, 0, 1, 0, {1}},
+        {VER, 0, 3, 1, 0, {0}},
+        E,
     };
+    /* clang-format on */
     run(st, script);
     zps_consistency_free(st);
 }
@@ -318,13 +340,19 @@ static void test_asp(void **state)
 {
     (void)state;
     zps_consistency_t *st = make(ZPS_MODE_ASP, 2, 0, 0);
+    /* clang-format off */
     const step_t script[] = {
-        {PULL, 0, 0, 1, RDY_, {0}},   {PUSH, 0, 0, 0, APPLY_, {0}},
-        {PUSH, 0, 1, 0, APPLY_, {0}}, {PUSH, 0, 2, 0, APPLY_, {0}},
+        {PULL, 0, 0, 1, RDY_, {0}},
+        {PUSH, 0, 0, 0, APPLY_, {0}},
+        {PUSH, 0, 1, 0, APPLY_, {0}},
+        {PUSH, 0, 2, 0, APPLY_, {0}},
         {PULL, 0, 3, 2, RDY_, {0}}, /* worker 1 has pushed nothing: no matter */
-        {PUSH, 0, 2, 0, RETRY_, {0}}, {PUSH, 0, 5, 0, ZPS_ECLOCK, {0}},
-        {VER, 0, 3, 0, 0, {0}},       E,
+        {PUSH, 0, 2, 0, RETRY_, {0}},
+        {PUSH, 0, 5, 0, ZPS_ECLOCK, {0}},
+        {VER, 0, 3, 0, 0, {0}},
+        E,
     };
+    /* clang-format on */
     run(st, script);
     zps_consistency_free(st);
 }
@@ -335,6 +363,7 @@ static void test_bsp_backup(void **state)
 {
     (void)state;
     zps_consistency_t *st = make(ZPS_MODE_BSP, 4, 0, 1);
+    /* clang-format off */
     const step_t script[] = {
         {PUSH, 0, 0, 0, BUF_, {0}},
         {PUSH, 2, 0, 0, BUF_, {0}},
@@ -354,6 +383,7 @@ static void test_bsp_backup(void **state)
         {VER, 0, 2, 2, 0, {0}},
         E,
     };
+    /* clang-format on */
     run(st, script);
     assert_int_equal(zps_consistency_dropped(st, 3), 1);
     assert_int_equal(zps_consistency_dropped(st, 2), 1);
@@ -383,6 +413,7 @@ static void test_bsp_evict_rejoin(void **state)
 {
     (void)state;
     zps_consistency_t *st = make(ZPS_MODE_BSP, 3, 0, 0);
+    /* clang-format off */
     const step_t script[] = {
         {PUSH, 0, 0, 0, BUF_, {0}},
         {PUSH, 1, 0, 0, BUF_, {0}},
@@ -404,6 +435,7 @@ static void test_bsp_evict_rejoin(void **state)
         {STEP, 0, 2, 3, 0, {0, 1, 2}},
         E,
     };
+    /* clang-format on */
     run(st, script);
     zps_consistency_free(st);
 }
@@ -412,13 +444,24 @@ static void test_ssp_evict_rejoin(void **state)
 {
     (void)state;
     zps_consistency_t *st = make(ZPS_MODE_SSP, 2, 0, 0);
+    /* clang-format off */
     const step_t script[] = {
-        {PUSH, 0, 0, 0, APPLY_, {0}}, {PULL, 0, 1, 1, Q_, {0}}, {EVICT, 1, 0, 0, 0, {0}},
-        {READY, 0, 0, 1, 0, {1}},     {VER, 0, 1, 1, 0, {0}},   {PUSH, 0, 1, 0, APPLY_, {0}},
-        {PUSH, 0, 2, 0, APPLY_, {0}}, {VER, 0, 3, 3, 0, {0}},   {REJOIN, 1, 3, 0, 0, {0}},
-        {PUSH, 0, 3, 0, APPLY_, {0}}, {PULL, 0, 4, 2, Q_, {0}}, /* worker 1 holds it back again */
-        {PUSH, 1, 3, 0, APPLY_, {0}}, {READY, 0, 0, 1, 0, {2}}, E,
+        {PUSH, 0, 0, 0, APPLY_, {0}},
+        {PULL, 0, 1, 1, Q_, {0}},
+        {EVICT, 1, 0, 0, 0, {0}},
+        {READY, 0, 0, 1, 0, {1}},
+        {VER, 0, 1, 1, 0, {0}},
+        {PUSH, 0, 1, 0, APPLY_, {0}},
+        {PUSH, 0, 2, 0, APPLY_, {0}},
+        {VER, 0, 3, 3, 0, {0}},
+        {REJOIN, 1, 3, 0, 0, {0}},
+        {PUSH, 0, 3, 0, APPLY_, {0}},
+        {PULL, 0, 4, 2, Q_, {0}}, /* worker 1 holds it back again */
+        {PUSH, 1, 3, 0, APPLY_, {0}},
+        {READY, 0, 0, 1, 0, {2}},
+        E,
     };
+    /* clang-format on */
     run(st, script);
     zps_consistency_free(st);
 }
@@ -431,18 +474,26 @@ static void test_observer_and_init(void **state)
     assert_int_equal(zps_consistency_new(&cfg, &st, NULL, 0), 0);
     zps_push_decision_t d;
     assert_int_equal(zps_consistency_push(st, 0, 0, 0, &d, NULL, 0), ZPS_ENOTINIT);
+    /* clang-format off */
     const step_t before[] = {
         {PULL, -1, 7, 1, Q_, {0}}, /* observers see the model at once, once it exists */
-        {PULL, 0, 0, 2, Q_, {0}},         {PULL, 0, 0, 2, DUP_, {0}}, {PULL, -1, 0, 3, Q_, {0}},
-        {PULL, -1, 0, 4, ZPS_EBUSY, {0}}, {READY, 0, 0, 0, 0, {0}},   E,
+        {PULL, 0, 0, 2, Q_, {0}},
+        {PULL, 0, 0, 2, DUP_, {0}},
+        {PULL, -1, 0, 3, Q_, {0}},
+        {PULL, -1, 0, 4, ZPS_EBUSY, {0}},
+        {READY, 0, 0, 0, 0, {0}},
+        E,
     };
+    /* clang-format on */
     run(st, before);
     zps_consistency_set_initialized(st);
+    /* clang-format off */
     const step_t after[] = {
         {READY, 0, 0, 3, 0, {1, 2, 3}},
         {PULL, -1, 99, 5, RDY_, {0}},
         E,
     };
+    /* clang-format on */
     run(st, after);
     assert_int_equal(zps_consistency_pending(st), 0);
     zps_consistency_free(st);
@@ -457,6 +508,7 @@ static void test_observe_clock(void **state)
 {
     (void)state;
     zps_consistency_t *st = make(ZPS_MODE_BSP, 2, 0, 0);
+    /* clang-format off */
     const step_t bsp[] = {
         {OBSERVE, 0, 0, 1, RDY_, {0}}, /* the model of clock 0 is the initial one */
         {OBSERVE, 0, 1, 2, Q_, {0}},
@@ -478,21 +530,31 @@ static void test_observe_clock(void **state)
         {READY, 0, 0, 1, 0, {5}},
         E,
     };
+    /* clang-format on */
     run(st, bsp);
     zps_consistency_free(st);
 
     /* SSP(2): worker 0 may run 2 clocks ahead of worker 1; the observer of
      * clock 2 waits until worker 1 has pushed clocks 0 and 1 too. */
     st = make(ZPS_MODE_SSP, 2, 2, 0);
+    /* clang-format off */
     const step_t ssp[] = {
-        {PUSH, 0, 0, 0, APPLY_, {0}}, {PUSH, 0, 1, 0, APPLY_, {0}}, {PULL, 0, 2, 1, RDY_, {0}},
-        {OBSERVE, 0, 2, 2, Q_, {0}},  {PUSH, 1, 0, 0, APPLY_, {0}}, {READY, 0, 0, 0, 0, {0}},
-        {PUSH, 1, 1, 0, APPLY_, {0}}, {READY, 0, 0, 1, 0, {2}},     E,
+        {PUSH, 0, 0, 0, APPLY_, {0}},
+        {PUSH, 0, 1, 0, APPLY_, {0}},
+        {PULL, 0, 2, 1, RDY_, {0}},
+        {OBSERVE, 0, 2, 2, Q_, {0}},
+        {PUSH, 1, 0, 0, APPLY_, {0}},
+        {READY, 0, 0, 0, 0, {0}},
+        {PUSH, 1, 1, 0, APPLY_, {0}},
+        {READY, 0, 0, 1, 0, {2}},
+        E,
     };
+    /* clang-format on */
     run(st, ssp);
     zps_consistency_free(st);
 
     st = make(ZPS_MODE_ASP, 2, 0, 0);
+    /* clang-format off */
     const step_t asp[] = {
         {OBSERVE, 0, 1, 1, Q_, {0}},
         {PUSH, 0, 0, 0, APPLY_, {0}},
@@ -503,6 +565,7 @@ static void test_observe_clock(void **state)
         {READY, 0, 0, 1, 0, {1}},
         E,
     };
+    /* clang-format on */
     run(st, asp);
     zps_consistency_free(st);
 }
@@ -512,14 +575,22 @@ static void test_pending_bound(void **state)
 {
     (void)state;
     zps_consistency_t *st = make(ZPS_MODE_BSP, 2, 0, 0);
+    /* clang-format off */
     const step_t script[] = {
-        {PUSH, 0, 0, 0, BUF_, {0}}, {PULL, 0, 1, 1, Q_, {0}},
-        {PULL, 0, 1, 2, Q_, {0}},   {PULL, 0, 1, 3, Q_, {0}},
-        {PULL, 0, 1, 4, Q_, {0}},   {PULL, 0, 1, 5, ZPS_EBUSY, {0}},
-        {PULL, 0, 1, 4, DUP_, {0}}, {PUSH, 1, 0, 0, BUF_, {0}},
-        {STEP, 0, 0, 2, 0, {0, 1}}, {READY, 0, 0, 4, 0, {1, 2, 3, 4}},
-        {PULL, 0, 1, 5, RDY_, {0}}, E,
+        {PUSH, 0, 0, 0, BUF_, {0}},
+        {PULL, 0, 1, 1, Q_, {0}},
+        {PULL, 0, 1, 2, Q_, {0}},
+        {PULL, 0, 1, 3, Q_, {0}},
+        {PULL, 0, 1, 4, Q_, {0}},
+        {PULL, 0, 1, 5, ZPS_EBUSY, {0}},
+        {PULL, 0, 1, 4, DUP_, {0}},
+        {PUSH, 1, 0, 0, BUF_, {0}},
+        {STEP, 0, 0, 2, 0, {0, 1}},
+        {READY, 0, 0, 4, 0, {1, 2, 3, 4}},
+        {PULL, 0, 1, 5, RDY_, {0}},
+        E,
     };
+    /* clang-format on */
     run(st, script);
     uint64_t toks[4];
     assert_int_equal(zps_consistency_take_all(st, toks, 4), 0);
@@ -536,6 +607,7 @@ static void test_update_staleness_asp_inverse(void **state)
 {
     (void)state;
     zps_consistency_t *st = make_lr(ZPS_MODE_ASP, 2, 0, 0, ZPS_LR_SCALING_INVERSE);
+    /* clang-format off */
     const step_t script[] = {
         {PUSHU, 0, 0, 0, APPLY_, {0, 1}}, /* v 0 -> 1, computed on v0: fresh */
         {PUSHU, 1, 0, 0, APPLY_, {1, 2}}, /* v 1 -> 2, on v0: one update missed, lr/2 */
@@ -544,8 +616,10 @@ static void test_update_staleness_asp_inverse(void **state)
         {PUSHU, 0, 2, 4, APPLY_, {0, 1}}, /* v 4 -> 5, on v4 */
         {PUSHU, 0, 2, 0, RETRY_, {0, 1}}, /* a retry is not applied, not scaled */
         {PUSHU, 1, 2, 9, APPLY_, {0, 1}}, /* a version from the future counts as fresh */
-        {VER, 0, 6, 3, 0, {0}},           E,
+        {VER, 0, 6, 3, 0, {0}},
+        E,
     };
+    /* clang-format on */
     run(st, script);
     zps_consistency_free(st);
 }
@@ -555,11 +629,16 @@ static void test_update_staleness_ssp_none(void **state)
 {
     (void)state;
     zps_consistency_t *st = make(ZPS_MODE_SSP, 2, 3, 0);
+    /* clang-format off */
     const step_t script[] = {
-        {PUSHU, 0, 0, 0, APPLY_, {0, 1}}, {PUSHU, 1, 0, 0, APPLY_, {1, 1}},
-        {PUSHU, 1, 1, 0, APPLY_, {2, 1}}, {PUSHU, 0, 1, 1, APPLY_, {2, 1}},
-        {PUSHU, 0, 2, 4, APPLY_, {0, 1}}, E,
+        {PUSHU, 0, 0, 0, APPLY_, {0, 1}},
+        {PUSHU, 1, 0, 0, APPLY_, {1, 1}},
+        {PUSHU, 1, 1, 0, APPLY_, {2, 1}},
+        {PUSHU, 0, 1, 1, APPLY_, {2, 1}},
+        {PUSHU, 0, 2, 4, APPLY_, {0, 1}},
+        E,
     };
+    /* clang-format on */
     run(st, script);
     zps_consistency_free(st);
 }
@@ -574,17 +653,19 @@ static void test_update_staleness_bsp(void **state)
 {
     (void)state;
     zps_consistency_t *st = make_lr(ZPS_MODE_BSP, 3, 0, 1, ZPS_LR_SCALING_INVERSE);
+    /* clang-format off */
     const step_t script[] = {
         {PUSHU, 0, 0, 0, BUF_, {0, 1}},
         {PUSHU, 1, 0, 0, BUF_, {0, 1}},
         {STEP, 0, 0, 2, 0, {0, 1}},
         {PUSHU, 2, 0, 0, DROP_, {0, 1}}, /* too late for the step of clock 0 */
-        {PUSHU, 2, 1, 0, BUF_, {1, 1}},  /* computed on v0, applied by the step 1 -> 2 */
+        {PUSHU, 2, 1, 0, BUF_, {1, 1}}, /* computed on v0, applied by the step 1 -> 2 */
         {PUSHU, 0, 1, 1, BUF_, {0, 1}},
         {STEP, 0, 1, 2, 0, {0, 2}},
         {VER, 0, 2, 1, 0, {0}}, /* worker 1 has pushed clock 0 only */
         E,
     };
+    /* clang-format on */
     run(st, script);
     zps_consistency_free(st);
 }
@@ -599,6 +680,7 @@ static void test_checkpoint_clocks(void **state)
 {
     (void)state;
     zps_consistency_t *st = make(ZPS_MODE_BSP, 3, 0, 0);
+    /* clang-format off */
     const step_t bsp[] = {
         {CKPT, 3, 0, 0, 0, {0, 0, 0}},
         {PUSH, 0, 0, 0, BUF_, {0}},
@@ -612,6 +694,7 @@ static void test_checkpoint_clocks(void **state)
         {CKPT, 3, 1, 0, 0, {1, 1, 1}}, /* pushed is {1, 2, 1} */
         E,
     };
+    /* clang-format on */
     run(st, bsp);
 
     /* Restored from that checkpoint, worker 1's push of clock 1 is expected again. */
@@ -625,21 +708,27 @@ static void test_checkpoint_clocks(void **state)
     zps_consistency_restore(st, v, pushed, live, dropped);
     assert_true(zps_consistency_initialized(st));
     assert_false(zps_consistency_live(st, 2));
+    /* clang-format off */
     const step_t restored[] = {
-        {PUSH, 1, 1, 0, BUF_, {0}},    {PUSH, 0, 1, 0, BUF_, {0}},
+        {PUSH, 1, 1, 0, BUF_, {0}},
+        {PUSH, 0, 1, 0, BUF_, {0}},
         {STEP, 0, 1, 2, 0, {0, 1}}, /* worker 2 is still evicted */
-        {CKPT, 3, 2, 0, 0, {2, 2, 1}}, E,
+        {CKPT, 3, 2, 0, 0, {2, 2, 1}},
+        E,
     };
+    /* clang-format on */
     run(st, restored);
     zps_consistency_free(st);
 
     st = make(ZPS_MODE_SSP, 2, 2, 0);
+    /* clang-format off */
     const step_t ssp[] = {
         {PUSH, 0, 0, 0, APPLY_, {0}},
         {PUSH, 0, 1, 0, APPLY_, {0}},
         {CKPT, 2, 2, 0, 0, {2, 0}}, /* recorded as it is: both pushes are applied */
         E,
     };
+    /* clang-format on */
     run(st, ssp);
     zps_consistency_free(st);
 }

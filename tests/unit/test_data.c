@@ -682,12 +682,17 @@ static void test_synthetic_classes_spec(void **state)
     zps_dataset_fini(&tr);
     zps_dataset_fini(&te);
 
+    /* clang-format off */
     static const char *const bad[][2] = {
-        {"synthetic:classes=1", "classes=1"},         {"synthetic:n=50,classes=0", "classes=0"},
-        {"synthetic:classes=x", "classes=x"},         {"synthetic:classes=", "classes="},
-        {"synthetic:classes=-3", "classes=-3"},       {"synthetic:classes=2.5", "classes=2.5"},
+        {"synthetic:classes=1", "classes=1"},
+        {"synthetic:n=50,classes=0", "classes=0"},
+        {"synthetic:classes=x", "classes=x"},
+        {"synthetic:classes=", "classes="},
+        {"synthetic:classes=-3", "classes=-3"},
+        {"synthetic:classes=2.5", "classes=2.5"},
         {"synthetic:classes=65537", "classes=65537"},
     };
+    /* clang-format on */
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         err[0] = '\0';
         rc = zps_dataset_open(bad[i][0], "/none", 1, &tr, &te, err, sizeof(err));
