@@ -4,6 +4,7 @@
 #include "data.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -457,6 +458,18 @@ int zps_dataset_open(const char *spec, const char *dir, uint64_t seed, zps_datas
         if (rc) {
             zps_dataset_fini(&tr);
             return rc;
+        }
+        /* A model is built for the training set's shape: a test set of
+         * another shape would fail at the first evaluation, hours in. */
+        if (te.dim != tr.dim) {
+            zps_set_reason(err, err_size,
+                           "%s/t10k-images-idx3-ubyte.gz has %" PRIu32
+                           " features per example, the training set %s/train-images-idx3-ubyte.gz "
+                           "has %" PRIu32,
+                           dir, te.dim, dir, tr.dim);
+            zps_dataset_fini(&tr);
+            zps_dataset_fini(&te);
+            return ZPS_EDATA;
         }
     } else if (strncmp(spec, "synthetic", 9) == 0 && (spec[9] == '\0' || spec[9] == ':')) {
         zps_synth_opts_t o;

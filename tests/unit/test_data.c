@@ -439,6 +439,43 @@ static void test_idx_errors(void **state)
     assert_int_equal(rc, ZPS_EINVAL);
 }
 
+/* The Fashion-MNIST pair is checked as a pair: a test set whose examples
+ * have another number of features than the training set's is refused when
+ * the data is opened, not at the first evaluation. */
+static void test_fashion_mnist_shapes(void **state)
+{
+    (void)state;
+    write_good();
+    uint32_t tr_dims[3] = {4, 2, 3}, lab_dims[1] = {4};
+    write_idx("train-images-idx3-ubyte.gz", 8, 3, tr_dims, pixels, sizeof(pixels), false);
+    write_idx("train-labels-idx1-ubyte.gz", 8, 1, lab_dims, labels, sizeof(labels), false);
+    /* Same shape: accepted. */
+    write_idx("t10k-images-idx3-ubyte.gz", 8, 3, tr_dims, pixels, sizeof(pixels), false);
+    write_idx("t10k-labels-idx1-ubyte.gz", 8, 1, lab_dims, labels, sizeof(labels), false);
+    zps_dataset_t tr, te;
+    char err[512] = "";
+    int rc = zps_dataset_open("fashion-mnist", tmpdir, 1, &tr, &te, err, sizeof(err));
+    if (rc)
+        fail_msg("%s", err);
+    assert_int_equal(tr.dim, 6);
+    assert_int_equal(te.dim, 6);
+    zps_dataset_fini(&tr);
+    zps_dataset_fini(&te);
+
+    /* Two examples of 2x2: 4 features against the training set's 6. */
+    uint32_t te_dims[3] = {2, 2, 2}, te_lab_dims[1] = {2};
+    write_idx("t10k-images-idx3-ubyte.gz", 8, 3, te_dims, pixels, 8, false);
+    write_idx("t10k-labels-idx1-ubyte.gz", 8, 1, te_lab_dims, labels, 2, false);
+    rc = zps_dataset_open("fashion-mnist", tmpdir, 1, &tr, &te, err, sizeof(err));
+    expect_error(rc, ZPS_EDATA, err, "t10k-images-idx3-ubyte.gz",
+                 "has 4 features per example, the training set");
+    assert_non_null(strstr(err, "has 6"));
+    const char *names[] = {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+                           "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"};
+    for (size_t i = 0; i < 4; i++)
+        assert_int_equal(unlink(tmp_path(names[i])), 0);
+}
+
 /* ---- synthetic data and data specs ---- */
 
 static void test_synthetic(void **state)
@@ -754,11 +791,17 @@ static void test_fashion_mnist(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_partition_coverage), cmocka_unit_test(test_partition_examples),
-        cmocka_unit_test(test_permutation_seeded), cmocka_unit_test(test_idx_good),
-        cmocka_unit_test(test_idx_errors),         cmocka_unit_test(test_synthetic),
-        cmocka_unit_test(test_data_specs),         cmocka_unit_test(test_fashion_mnist),
-        cmocka_unit_test(test_synthetic_classes),  cmocka_unit_test(test_synthetic_classes_spec),
+        cmocka_unit_test(test_partition_coverage),
+        cmocka_unit_test(test_partition_examples),
+        cmocka_unit_test(test_permutation_seeded),
+        cmocka_unit_test(test_idx_good),
+        cmocka_unit_test(test_idx_errors),
+        cmocka_unit_test(test_fashion_mnist_shapes),
+        cmocka_unit_test(test_synthetic),
+        cmocka_unit_test(test_data_specs),
+        cmocka_unit_test(test_fashion_mnist),
+        cmocka_unit_test(test_synthetic_classes),
+        cmocka_unit_test(test_synthetic_classes_spec),
     };
     int failed = cmocka_run_group_tests(tests, make_tmpdir, remove_tmpdir);
     /* A failure wins over a skip: 77 only when everything that ran passed. */
