@@ -116,7 +116,9 @@ void zps_ckpt_fini(zps_ckpt_t *c);
  * Is `c` a checkpoint that may be written: its range the one the range rule
  * gives for its shard, an optimizer configuration zps_opt_config_check
  * accepts with exactly the state arrays (count and names) its optimizer
- * keeps, a valid consistency configuration, no NULL array of nonzero length?
+ * keeps, a valid consistency configuration, no NULL array of nonzero length,
+ * and only finite values in params and the state arrays (the reader refuses
+ * NaN and infinities)?
  * Returns 0, ZPS_EINVAL with "not a valid checkpoint: <reason>" in `why`
  * (may be NULL; truncated to why_size), or ZPS_ENOMEM. Reads `c` only; no I/O.
  */
@@ -138,7 +140,9 @@ int zps_ckpt_encode(int fd, const zps_ckpt_t *c, const char *path, char *why, si
  * Reads and verifies the checkpoint at `path`: magic, format version, the
  * header's and the section table's checksums, the layout, the file's length,
  * every section's length and checksum, and that the contents are a valid
- * shard state (the same rules zps_ckpt_write applies). *out is written only
+ * shard state (the same rules zps_ckpt_write applies, finite values
+ * included). Opening never waits: a FIFO or device under the name is
+ * refused, not read. *out is written only
  * on success and then owns its arrays (zps_ckpt_fini frees them).
  *
  * Returns 0; ZPS_ECORRUPT with the first problem found, for example
@@ -148,8 +152,9 @@ int zps_ckpt_encode(int fd, const zps_ckpt_t *c, const char *path, char *why, si
  *   "truncated: section 'params' ends at byte 4312, file has 1000"
  *   "section 'optimizer m' checksum mismatch"
  *   "section 'params' is 12 bytes; range [0, 4) needs 16"
- * ZPS_EIO when the file cannot be opened or read (the errno text, or "not a
- * regular file"); ZPS_ENOMEM. Blocks; memory use is the arrays plus a
+ *   "section 'optimizer m': element 7 is not finite (nan)"
+ * ZPS_EIO when the file cannot be opened or read (the errno text, or
+ * "PATH is not a regular file (a FIFO)"); ZPS_ENOMEM. Blocks; memory use is the arrays plus a
  * fixed buffer.
  */
 int zps_ckpt_read(const char *path, zps_ckpt_t *out, char *why, size_t why_size);
@@ -213,6 +218,19 @@ int zps_ckpt_check_shard(const zps_ckpt_t *c, uint32_t index, uint32_t count, ui
 int zps_ckpt_file_name(uint32_t index, uint32_t count, uint64_t version, char *buf, size_t size);
 
 /*
+ * Makes sure checkpoints can be written in `dir`: creates it when it does
+ * not exist (its parent must), checks that it is a directory, and creates,
+ * writes, syncs and removes a probe file there (".zps-probe.<pid>.<n>", a
+ * name nothing reads), so that a directory that cannot take a checkpoint is
+ * found before a shard has state to lose. Returns 0, or ZPS_EIO with the
+ * step, the path and the errno text in `why` (may be NULL), e.g.
+ * "/ckpt is not a directory", "create /ckpt/.zps-probe.81.0: Read-only file
+ * system"; ZPS_EINVAL for a path too long. Blocks; leaves no file behind
+ * except the directory it created.
+ */
+int zps_ckpt_dir_prepare(const char *dir, char *why, size_t why_size);
+
+/*
  * Writes `c` as "<dir>/shard-<I>-of-<S>-v<version, 20 digits>.zpsckpt":
  * into a new temporary file in `dir` (".shard-...zpsckpt.tmp.<pid>.<n>"),
  * then fsync of the file, rename over the final name (replacing a file of
@@ -230,7 +248,8 @@ int zps_ckpt_file_name(uint32_t index, uint32_t count, uint64_t version, char *b
  * (zps_ckpt_validate: a bad range, an optimizer configuration
  * zps_opt_config_check refuses, a state count or state names that do not
  * match its optimizer, an invalid consistency configuration, a NULL array of
- * nonzero length) or a path is too long,
+ * nonzero length, a NaN or infinite value in params or a state array) or a
+ * path is too long,
  * ZPS_EIO when the file system refused, with the step and the errno text,
  * e.g. "write /ckpt/.shard-0-of-2-...: No space left on device", or
  * ZPS_ENOMEM. Reasons go to `why` (may be NULL; truncated to why_size).

@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "error.h"
@@ -106,6 +107,80 @@ static int sync_dir(const char *dir)
         rc = 0;
     errno = saved;
     return rc;
+}
+
+int zps_ckpt_dir_prepare(const char *dir, char *why, size_t why_size)
+{
+    if (dir == NULL || dir[0] == '\0') {
+        zps_set_reason(why, why_size, "no directory");
+        return ZPS_EINVAL;
+    }
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        zps_set_reason(why, why_size, "cannot create %s: %s", dir, strerror(errno));
+        return ZPS_EIO;
+    }
+    struct stat st;
+    if (stat(dir, &st) != 0) {
+        zps_set_reason(why, why_size, "cannot stat %s: %s", dir, strerror(errno));
+        return ZPS_EIO;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        zps_set_reason(why, why_size, "%s is not a directory", dir);
+        return ZPS_EIO;
+    }
+
+    /* The steps a checkpoint takes, on a small file: permissions, a
+     * read-only mount, a full disk or a file size limit show here. */
+    static atomic_uint probe_seq;
+    char name[64], path[PATH_MAX];
+    snprintf(name, sizeof(name), ".zps-probe.%ld.%u", (long)getpid(),
+             atomic_fetch_add(&probe_seq, 1));
+    if (join(dir, name, path, sizeof(path)) != 0) {
+        zps_set_reason(why, why_size, "path too long: %s/%s", dir, name);
+        return ZPS_EINVAL;
+    }
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        zps_set_reason(why, why_size, "create %s: %s", path, strerror(errno));
+        return ZPS_EIO;
+    }
+    static const char probe[] = "zps-server checkpoint directory probe\n";
+    const char *step = NULL;
+    int err = 0;
+    for (size_t done = 0; done < sizeof(probe) - 1;) {
+        ssize_t k = write(fd, probe + done, sizeof(probe) - 1 - done);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0) {
+            step = "write";
+            err = k < 0 ? errno : EIO;
+            break;
+        }
+        done += (size_t)k;
+    }
+    if (step == NULL && fsync(fd) != 0) {
+        step = "fsync";
+        err = errno;
+    }
+    if (close(fd) != 0 && step == NULL) {
+        step = "close";
+        err = errno;
+    }
+    if (unlink(path) != 0) {
+        if (step == NULL) {
+            step = "remove";
+            err = errno;
+        }
+    } else if (step == NULL && sync_dir(dir) != 0) {
+        step = "fsync directory";
+        err = errno;
+        snprintf(path, sizeof(path), "%s", dir);
+    }
+    if (step != NULL) {
+        zps_set_reason(why, why_size, "%s %s: %s", step, path, strerror(err));
+        return ZPS_EIO;
+    }
+    return 0;
 }
 
 int zps_ckpt_write(const char *dir, const zps_ckpt_t *c, char *path_out, size_t path_size,

@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +31,7 @@
 
 #include "checksum.h"
 #include "error.h"
+#include "wire.h"
 
 /* Fixed sizes of format version 1, in bytes (docs/checkpoint.md). */
 #define HEADER_BYTES 64
@@ -128,6 +130,12 @@ static void section_name(uint32_t id, const char *state_name, char *buf, size_t 
     } else {
         snprintf(buf, size, "%s", section_base_name(id));
     }
+}
+
+/* "nan", "inf" or "-inf": how a non-finite value is named in messages. */
+static const char *nonfinite_name(float x)
+{
+    return isnan(x) ? "nan" : x < 0 ? "-inf" : "inf";
 }
 
 /* ---- what makes a shard state valid (shared by the writer and the reader) ---- */
@@ -429,6 +437,21 @@ int zps_ckpt_validate(const zps_ckpt_t *c, char *why, size_t why_size)
     for (uint32_t i = 0; i < c->nstate; i++) {
         if (len > 0 && c->state[i] == NULL) {
             snprintf(reason, sizeof(reason), "optimizer state '%s' is NULL", c->state_names[i]);
+            goto invalid;
+        }
+    }
+    /* A reader refuses non-finite state, so it is never written: a shard
+     * that diverged must not replace its last good checkpoint. */
+    size_t bad;
+    if (len > 0 && !zps_all_finite(c->params, len, &bad)) {
+        snprintf(reason, sizeof(reason), "params element %zu is not finite (%s)", bad,
+                 nonfinite_name(c->params[bad]));
+        goto invalid;
+    }
+    for (uint32_t i = 0; i < c->nstate; i++) {
+        if (len > 0 && !zps_all_finite(c->state[i], len, &bad)) {
+            snprintf(reason, sizeof(reason), "optimizer state '%s' element %zu is not finite (%s)",
+                     c->state_names[i], bad, nonfinite_name(c->state[i][bad]));
             goto invalid;
         }
     }
@@ -963,6 +986,10 @@ static void load_array(loader_t *L, uint32_t s, const entry_t *e, float **dst)
     }
     uint32_t crc = 0;
     char msg[256];
+    /* The first value that is NaN or infinite, reported once the checksum
+     * says the bytes are the ones written. */
+    uint64_t first_bad = UINT64_MAX;
+    float bad_value = 0;
     for (uint64_t done = 0; done < e->length;) {
         size_t k = e->length - done < CHUNK_BYTES ? (size_t)(e->length - done) : CHUNK_BYTES;
         int rc = read_at(L->fd, L->path, e->offset + done, L->buf, k, msg, sizeof(msg));
@@ -972,11 +999,17 @@ static void load_array(loader_t *L, uint32_t s, const entry_t *e, float **dst)
             return;
         }
         crc = zps_crc32c(crc, L->buf, k);
-        if (out) {
-            /* k is a multiple of 4: the length is, and so is CHUNK_BYTES. */
-            float *o = out + done / sizeof(float);
-            for (size_t i = 0; i < k / sizeof(float); i++)
-                o[i] = get_f32(L->buf + sizeof(float) * i);
+        /* k is a multiple of 4 when the length is (CHUNK_BYTES is); a length
+         * that is not was refused above once the shard section was known. */
+        float *o = out ? out + done / sizeof(float) : NULL;
+        for (size_t i = 0; i < k / sizeof(float); i++) {
+            float x = get_f32(L->buf + sizeof(float) * i);
+            if (o)
+                o[i] = x;
+            if (first_bad == UINT64_MAX && !isfinite(x)) {
+                first_bad = done / sizeof(float) + i;
+                bad_value = x;
+            }
         }
         done += k;
     }
@@ -986,6 +1019,12 @@ static void load_array(loader_t *L, uint32_t s, const entry_t *e, float **dst)
     }
     if (crc != e->crc) {
         section_bad(L, s, ZPS_ECORRUPT, "section '%s' checksum mismatch", e->name);
+        free(out);
+        return;
+    }
+    if (first_bad != UINT64_MAX) {
+        section_bad(L, s, ZPS_ECORRUPT, "section '%s': element %" PRIu64 " is not finite (%s)",
+                    e->name, first_bad, nonfinite_name(bad_value));
         free(out);
         return;
     }
@@ -1017,6 +1056,22 @@ static bool check_truncation(loader_t *L, const entry_t *e, uint32_t nsec, uint3
     return found;
 }
 
+/* What a file that is not a regular one is, for messages. */
+static const char *file_kind(mode_t mode)
+{
+    if (S_ISDIR(mode))
+        return "a directory";
+    if (S_ISFIFO(mode))
+        return "a FIFO";
+    if (S_ISSOCK(mode))
+        return "a socket";
+    if (S_ISCHR(mode))
+        return "a character device";
+    if (S_ISBLK(mode))
+        return "a block device";
+    return "an unknown kind of file";
+}
+
 /*
  * Reads (scan == NULL: stop at the first problem, decode everything into
  * L->c) or scans (record every part's verdict, keep only the small
@@ -1037,7 +1092,10 @@ static int load(const char *path, zps_ckpt_scan_t *scan, bool decode_arrays, zps
     if (scan)
         memset(scan, 0, sizeof(*scan));
 
-    L.fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO (or a device) named like a checkpoint must
+     * not wait for a writer; it is refused below, and for a regular file
+     * the flag is cleared again. */
+    L.fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (L.fd < 0) {
         zps_set_reason(why, why_size, "cannot open %s: %s", path, strerror(errno));
         return ZPS_EIO;
@@ -1049,7 +1107,13 @@ static int load(const char *path, zps_ckpt_scan_t *scan, bool decode_arrays, zps
         goto done;
     }
     if (!S_ISREG(st.st_mode)) {
-        zps_set_reason(why, why_size, "%s is not a regular file", path);
+        zps_set_reason(why, why_size, "%s is not a regular file (%s)", path, file_kind(st.st_mode));
+        L.rc = ZPS_EIO;
+        goto done;
+    }
+    int fl = fcntl(L.fd, F_GETFL);
+    if (fl < 0 || fcntl(L.fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+        zps_set_reason(why, why_size, "cannot read %s: %s", path, strerror(errno));
         L.rc = ZPS_EIO;
         goto done;
     }

@@ -3,7 +3,7 @@
 # `zps checkpoint inspect`, and a server refusing, each with its own message,
 # to resume from a truncated file, a flipped byte, a wrong magic or another
 # shard's file; --resume falling back to the previous file when the newest is
-# corrupt.
+# corrupt or a FIFO.
 #
 # usage: checkpoint_cli.sh ZPS_SERVER_BIN ZPS_BIN
 set -euo pipefail
@@ -76,8 +76,15 @@ expect_refusal "workers" --workers 2 --lr 0.5 --optimizer momentum --resume-from
 kill "${pids[0]}"; wait "${pids[0]}" 2>/dev/null || true
 newest=$(ls "$ck"/shard-0-of-1-v*.zpsckpt | tail -1)
 truncate -s -3 "$newest"
+# A FIFO named like a newer checkpoint: refused at once, never waited on.
+fifo=$ck/shard-0-of-1-v00000000000000000009.zpsckpt
+mkfifo "$fifo"
+expect_status 2 timeout 10 "$zps" checkpoint inspect "$fifo"
+grep -q "$fifo is not a regular file (a FIFO)" "$dir/err" || fail "inspect of a FIFO: $(cat "$dir/err")"
 start_server b "${common[@]}" --checkpoint-dir "$ck" --resume
 grep -q "skipped checkpoints" "$dir/b.log" || fail "no report of the skipped file: $(cat "$dir/b.log")"
+grep -q "skipped shard-0-of-1-v00000000000000000009.zpsckpt: $fifo is not a regular file (a FIFO)" \
+    "$dir/b.log" || fail "no report of the FIFO: $(cat "$dir/b.log")"
 got=$("$zps" pull --servers "$ep" --verbose 2>"$dir/verbose" | tr '\n' ' ')
 grep -q "version 1..1" "$dir/verbose" || fail "did not fall back to version 1: $(cat "$dir/verbose")"
 [ -n "$got" ] || fail "no parameters after resume"

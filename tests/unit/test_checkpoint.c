@@ -188,17 +188,22 @@ static uint64_t rnd(void)
     return rng_state;
 }
 
-/* Arbitrary float32 bit patterns, including -0, subnormals, infinities and NaNs. */
+/*
+ * Arbitrary finite float32 bit patterns, including -0, subnormals and the
+ * largest finite value (a checkpoint holds no NaN or infinity).
+ */
 static float *random_floats(size_t n)
 {
     float *x = malloc(n ? n * sizeof(float) : 1);
     assert_non_null(x);
     for (size_t i = 0; i < n; i++) {
         uint32_t u = (uint32_t)rnd();
+        if ((u & 0x7f800000u) == 0x7f800000u)
+            u &= ~0x00800000u; /* Inf or NaN: the same bits with a finite exponent */
         if (i % 7 == 3)
             u = 0x80000000u; /* -0 */
         if (i % 11 == 5)
-            u = 0x7fc01234u; /* a NaN with a payload */
+            u = 0xff7fffffu; /* -FLT_MAX */
         if (i % 13 == 6)
             u = 0x00000001u; /* the smallest subnormal */
         memcpy(&x[i], &u, sizeof(u));
@@ -1220,6 +1225,188 @@ static void test_inspect(void **state)
     free_fixture(f);
 }
 
+/* ---- what is not a checkpoint even with every checksum right ---- */
+
+/* Sets element i of the array section at byte `at` to the float32 bits u and
+ * recomputes the section's, the table's and the header's CRCs. */
+static void patch_value(const char *path, uint32_t section, size_t at, size_t i, uint32_t u)
+{
+    size_t len;
+    uint8_t *b = slurp(path, &len);
+    uint32_t nsec = le32(b + 24);
+    set_le32(b + at + 4 * i, u);
+    uint8_t *e = b + 64 + 24 * section;
+    set_le32(e + 4, zps_crc32c(0, b + le64(e + 8), le64(e + 16)));
+    set_le32(b + 28, zps_crc32c(0, b + 64, 24 * (size_t)nsec));
+    set_le32(b + 60, zps_crc32c(0, b, 60));
+    spit(path, b, len);
+    free(b);
+}
+
+static void test_refuse_non_finite(void **state)
+{
+    (void)state;
+    char why[512], want[1024];
+    fixture_t *f = make_fixture(1, 2, 100, ZPS_OPT_ADAM, false, ZPS_MODE_BSP, 3, 5);
+    layout_t l = layout_of(&f->c);
+
+    /* Never written: the state of a diverged shard must not replace a good file. */
+    float keep = f->c.params[7];
+    f->c.params[7] = NAN;
+    assert_int_equal(zps_ckpt_write(dir, &f->c, NULL, 0, why, sizeof(why)), ZPS_EINVAL);
+    assert_string_equal(why, "not a valid checkpoint: params element 7 is not finite (nan)");
+    f->c.params[7] = keep;
+    keep = f->c.state[1][49];
+    f->c.state[1][49] = -INFINITY;
+    assert_int_equal(zps_ckpt_write(dir, &f->c, NULL, 0, why, sizeof(why)), ZPS_EINVAL);
+    assert_string_equal(
+        why, "not a valid checkpoint: optimizer state 'v' element 49 is not finite (-inf)");
+    f->c.state[1][49] = keep;
+    assert_string_equal(listing(), "");
+
+    /* Written with every checksum right (a hand edit, another writer): refused
+     * by name of section and index, skipped by --resume, INVALID to inspect. */
+    const char *good = write_fixture(f);
+    f->c.version = 6;
+    const char *bad = write_fixture(f);
+    patch_value(bad, 3, l.params, 3, 0x7fc00000u); /* NaN */
+    expect_refused(bad, ZPS_ECORRUPT, "section 'params': element 3 is not finite (nan)");
+    assert_int_equal(zps_ckpt_write(dir, &f->c, NULL, 0, why, sizeof(why)), 0);
+    patch_value(bad, 4, l.state[0], 0, 0x7f800000u); /* +Inf */
+    expect_refused(bad, ZPS_ECORRUPT, "section 'optimizer m': element 0 is not finite (inf)");
+    assert_int_equal(zps_ckpt_write(dir, &f->c, NULL, 0, why, sizeof(why)), 0);
+    patch_value(bad, 5, l.state[1], 49, 0xff800001u); /* a negative NaN */
+    expect_refused(bad, ZPS_ECORRUPT, "section 'optimizer v': element 49 is not finite (nan)");
+
+    zps_ckpt_t out;
+    char report[2048];
+    assert_int_equal(zps_ckpt_find_latest(dir, 1, 2, &out, NULL, 0, report, sizeof(report)), 0);
+    assert_int_equal(out.version, 5);
+    zps_ckpt_fini(&out);
+    snprintf(want, sizeof(want),
+             "skipped %s: section 'optimizer v': element 49 is not finite (nan)\n",
+             ckpt_name(1, 2, 6));
+    assert_string_equal(report, want);
+
+    zps_ckpt_scan_t scan;
+    assert_int_equal(zps_ckpt_verify(bad, &scan, why, sizeof(why)), ZPS_ECORRUPT);
+    assert_int_equal(scan.sections[3].status, 0);
+    assert_int_equal(scan.sections[5].status, ZPS_ECORRUPT);
+    assert_true(scan.sections[5].read);
+    assert_int_equal(scan.sections[5].crc_computed, scan.sections[5].crc_stored);
+    zps_ckpt_scan_fini(&scan);
+    static char text[1 << 16];
+    assert_int_equal(run_inspect(bad, text, sizeof(text)), 1);
+    assert_non_null(strstr(
+        text, "result        INVALID: section 'optimizer v': element 49 is not finite (nan)\n"));
+    assert_int_equal(run_inspect(good, text, sizeof(text)), 0);
+    free_fixture(f);
+}
+
+/* Turns a read that blocks forever into a failure. */
+static void on_alarm(int sig)
+{
+    (void)sig;
+    static const char msg[] = "test_checkpoint: a read of a FIFO blocked\n";
+    ssize_t k = write(2, msg, sizeof(msg) - 1);
+    (void)k;
+    _exit(1);
+}
+
+/*
+ * A FIFO (or any file that is not a regular one) under a checkpoint's name:
+ * refused at once, as a bad candidate, never waited on.
+ */
+static void test_refuse_fifo(void **state)
+{
+    (void)state;
+    void (*old)(int) = signal(SIGALRM, on_alarm);
+    alarm(20);
+    fixture_t *f = make_fixture(0, 2, 10, ZPS_OPT_SGD, false, ZPS_MODE_ASP, 2, 3);
+    write_fixture(f);
+    free_fixture(f);
+    const char *fifo = in_dir(ckpt_name(0, 2, 9));
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    assert_int_equal(mkdir(in_dir(ckpt_name(0, 2, 8)), 0700), 0);
+
+    zps_ckpt_t out;
+    char why[1024], want[2048], report[4096];
+    assert_int_equal(zps_ckpt_read(fifo, &out, why, sizeof(why)), ZPS_EIO);
+    snprintf(want, sizeof(want), "%s is not a regular file (a FIFO)", fifo);
+    assert_string_equal(why, want);
+
+    assert_int_equal(zps_ckpt_find_latest(dir, 0, 2, &out, NULL, 0, report, sizeof(report)), 0);
+    assert_int_equal(out.version, 3);
+    zps_ckpt_fini(&out);
+    char part[1024];
+    snprintf(part, sizeof(part), "skipped %s: %s is not a regular file (a FIFO)\n",
+             ckpt_name(0, 2, 9), fifo);
+    snprintf(want, sizeof(want), "%sskipped %s: %s is not a regular file (a directory)\n", part,
+             ckpt_name(0, 2, 8), in_dir(ckpt_name(0, 2, 8)));
+    assert_string_equal(report, want);
+
+    zps_ckpt_scan_t scan;
+    assert_int_equal(zps_ckpt_verify(fifo, &scan, why, sizeof(why)), ZPS_EIO);
+    zps_ckpt_scan_fini(&scan);
+    static char text[4096];
+    assert_int_equal(run_inspect(fifo, text, sizeof(text)), 2);
+    alarm(0);
+    signal(SIGALRM, old);
+}
+
+/* A directory that cannot take a checkpoint is found before any state exists. */
+static void test_dir_prepare(void **state)
+{
+    (void)state;
+    char why[1024], want[1024];
+    /* Created when missing; an existing one is fine; no probe is left behind. */
+    assert_int_equal(zps_ckpt_dir_prepare(in_dir("new"), why, sizeof(why)), 0);
+    assert_int_equal(zps_ckpt_dir_prepare(in_dir("new"), why, sizeof(why)), 0);
+    assert_string_equal(listing(), "new");
+    DIR *d = opendir(in_dir("new"));
+    assert_non_null(d);
+    struct dirent *de;
+    int entries = 0;
+    while ((de = readdir(d)) != NULL)
+        entries += strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0;
+    closedir(d);
+    assert_int_equal(entries, 0);
+
+    /* Not a directory; under something that is not a directory. */
+    spit(in_dir("plain"), (const uint8_t *)"x", 1);
+    assert_int_equal(zps_ckpt_dir_prepare(in_dir("plain"), why, sizeof(why)), ZPS_EIO);
+    snprintf(want, sizeof(want), "%s is not a directory", in_dir("plain"));
+    assert_string_equal(why, want);
+    assert_int_equal(zps_ckpt_dir_prepare(in_dir("plain/sub"), why, sizeof(why)), ZPS_EIO);
+    snprintf(want, sizeof(want), "cannot create %s: Not a directory", in_dir("plain/sub"));
+    assert_string_equal(why, want);
+    assert_int_equal(zps_ckpt_dir_prepare(in_dir("no/such"), why, sizeof(why)), ZPS_EIO);
+    snprintf(want, sizeof(want), "cannot create %s: No such file or directory", in_dir("no/such"));
+    assert_string_equal(why, want);
+
+    /* Files cannot be written there (a file size limit stands in for a full disk). */
+    struct rlimit old, none;
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+    none.rlim_cur = 0;
+    none.rlim_max = old.rlim_max;
+    void (*oldsig)(int) = signal(SIGXFSZ, SIG_IGN);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &none), 0);
+    int rc = zps_ckpt_dir_prepare(in_dir("new"), why, sizeof(why));
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+    signal(SIGXFSZ, oldsig);
+    assert_int_equal(rc, ZPS_EIO);
+    assert_true(strncmp(why, "write ", 6) == 0);
+    assert_non_null(strstr(why, "/new/.zps-probe."));
+    assert_non_null(strstr(why, ": File too large"));
+    assert_string_equal(listing(), "new plain");
+    d = opendir(in_dir("new"));
+    entries = 0;
+    while ((de = readdir(d)) != NULL)
+        entries += strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0;
+    closedir(d);
+    assert_int_equal(entries, 0);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, make_dir, remove_dir)
 
 int main(void)
@@ -1245,6 +1432,9 @@ int main(void)
         T(test_prune),
         T(test_verify_reports_every_section),
         T(test_inspect),
+        T(test_refuse_non_finite),
+        T(test_refuse_fifo),
+        T(test_dir_prepare),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
