@@ -109,8 +109,16 @@ static void ckpt_work(uv_work_t *w)
 /* Logs and counts the outcome, and answers the request that asked for it. */
 static void report(zps_daemon_t *d, zps_ckpt_job_t *j)
 {
+    zps_ckpt_queue_t *q = &d->ckpts;
+    q->last_rc = j->rc;
     if (j->rc == 0) {
         d->count.checkpoints++;
+        /* Only a file on disk counts as saved; a failed write leaves the
+         * newest saved version where it was. */
+        if (!q->saved || j->snap.version >= q->saved_version) {
+            q->saved = true;
+            q->saved_version = j->snap.version;
+        }
         snprintf(d->ckpts.last_path, sizeof(d->ckpts.last_path), "%s", j->path);
         zps_info("checkpoint of version %llu written to %s", (unsigned long long)j->snap.version,
                  j->path);
@@ -141,6 +149,7 @@ static void report(zps_daemon_t *d, zps_ckpt_job_t *j)
 }
 
 static void start_next(zps_daemon_t *d);
+static void exit_continue(zps_daemon_t *d);
 
 /* Back on the loop once the threadpool is done with job w. */
 static void ckpt_after(uv_work_t *w, int status)
@@ -155,6 +164,7 @@ static void ckpt_after(uv_work_t *w, int status)
     report(d, j);
     job_free(j);
     start_next(d);
+    exit_continue(d);
     /* Replies were sent outside a drain. */
     zps_daemon_drain(d);
 }
@@ -220,14 +230,64 @@ void zps_ckpt_queue_maybe(zps_daemon_t *d)
         zps_error("no checkpoint of version %llu: %s", (unsigned long long)v, zps_strerror(rc));
 }
 
+/* SIGTERM's checkpoint was not written, and will not be: says so, once. */
+static void exit_give_up(zps_daemon_t *d, uint64_t v)
+{
+    zps_ckpt_queue_t *q = &d->ckpts;
+    q->exit_given_up = true;
+    if (q->saved)
+        zps_error("the shard's state at version %llu is NOT saved: %u shutdown checkpoint "
+                  "attempt%s failed; the newest checkpoint on disk is version %llu (%s)",
+                  (unsigned long long)v, q->exit_attempts, q->exit_attempts == 1 ? "" : "s",
+                  (unsigned long long)q->saved_version, q->last_path);
+    else
+        zps_error("the shard's state at version %llu is NOT saved: %u shutdown checkpoint "
+                  "attempt%s failed, and no checkpoint of it is on disk",
+                  (unsigned long long)v, q->exit_attempts, q->exit_attempts == 1 ? "" : "s");
+}
+
+/*
+ * Once no checkpoint is in flight after SIGTERM: done when the current
+ * version is saved, else the next attempt, or giving up. The state does not
+ * change any more (the shard stopped taking requests), so a write that
+ * failed because the state itself is invalid is not retried.
+ */
+static void exit_continue(zps_daemon_t *d)
+{
+    zps_ckpt_queue_t *q = &d->ckpts;
+    while (q->at_exit && !q->exit_given_up && !q->running && !q->waiting) {
+        uint64_t v = zps_consistency_version(d->consistency);
+        if (q->saved && q->saved_version == v)
+            return;
+        if (q->exit_attempts >= ZPS_CKPT_EXIT_ATTEMPTS ||
+            (q->exit_attempts > 0 && q->last_rc == ZPS_EINVAL)) {
+            exit_give_up(d, v);
+            return;
+        }
+        q->exit_attempts++;
+        if (q->exit_attempts > 1)
+            zps_warn("retrying the shutdown checkpoint of version %llu (attempt %u of %d)",
+                     (unsigned long long)v, q->exit_attempts, ZPS_CKPT_EXIT_ATTEMPTS);
+        int rc = zps_ckpt_queue_take(d, NULL);
+        if (rc) {
+            q->last_rc = rc;
+            zps_error("no checkpoint at shutdown: %s", zps_strerror(rc));
+        }
+    }
+}
+
 void zps_ckpt_queue_at_exit(zps_daemon_t *d)
 {
-    if (!d->cfg->checkpoint_dir || !zps_consistency_initialized(d->consistency) ||
-        (d->ckpts.taken && d->ckpts.version == zps_consistency_version(d->consistency)))
+    if (!d->cfg->checkpoint_dir || !zps_consistency_initialized(d->consistency))
         return;
-    int rc = zps_ckpt_queue_take(d, NULL);
-    if (rc)
-        zps_error("no checkpoint at shutdown: %s", zps_strerror(rc));
+    d->ckpts.at_exit = true;
+    exit_continue(d);
+}
+
+bool zps_ckpt_queue_unsaved(const zps_daemon_t *d)
+{
+    const zps_ckpt_queue_t *q = &d->ckpts;
+    return q->at_exit && !(q->saved && q->saved_version == zps_consistency_version(d->consistency));
 }
 
 void zps_ckpt_queue_fini(zps_ckpt_queue_t *q)

@@ -2,13 +2,12 @@
  * main.c - zps-server's command line: flags into a zps_server_config_t,
  * then zps_server_run. A bad flag prints the usage and exits 2.
  */
-#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
+#include "checkpoint.h"
 #include "error.h"
 #include "log.h"
 #include "opt_flags.h"
@@ -46,8 +45,9 @@ static void usage(FILE *f)
             "%s"
             "\n"
             "Checkpoints (format in docs/checkpoint.md):\n"
-            "  --checkpoint-dir DIR   where this shard's checkpoints go (created if missing);\n"
-            "                         one is also written on SIGTERM and on `zps checkpoint`\n"
+            "  --checkpoint-dir DIR   where this shard's checkpoints go (created if missing,\n"
+            "                         and checked with a probe file at start); one is also\n"
+            "                         written on SIGTERM and on `zps checkpoint`\n"
             "  --checkpoint-every K   write one whenever the model version is a multiple of K\n"
             "  --checkpoint-keep K    keep the newest K of this shard (default 3)\n"
             "  --resume               start from the newest valid checkpoint in DIR (a corrupt\n"
@@ -56,7 +56,12 @@ static void usage(FILE *f)
             "\n"
             "Other:\n"
             "  --log-level LEVEL      debug, info, warn, error (default info)\n"
-            "  --help                 this text\n",
+            "  --help                 this text\n"
+            "\n"
+            "Exit status: 0 stopped cleanly (on SIGTERM with --checkpoint-dir: its state\n"
+            "saved); 1 could not start, or failed; 2 bad usage, or a --checkpoint-dir it\n"
+            "cannot write; 3 stopped on SIGTERM without saving its state (the shutdown\n"
+            "checkpoint failed, retries included; the reason is logged).\n",
             zps_opt_flags_usage);
 }
 
@@ -257,9 +262,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "zps-server: give --resume or --resume-from, not both\n");
         return 2;
     }
-    if (cfg.checkpoint_dir && mkdir(cfg.checkpoint_dir, 0755) != 0 && errno != EEXIST) {
-        fprintf(stderr, "zps-server: cannot create --checkpoint-dir %s: %s\n", cfg.checkpoint_dir,
-                strerror(errno));
+    /* A directory that cannot take a checkpoint is found now, before the
+     * shard listens and has state to lose. */
+    char dir_why[1024];
+    if (cfg.checkpoint_dir &&
+        zps_ckpt_dir_prepare(cfg.checkpoint_dir, dir_why, sizeof(dir_why)) != 0) {
+        fprintf(stderr, "zps-server: --checkpoint-dir %s cannot take checkpoints: %s\n",
+                cfg.checkpoint_dir, dir_why);
         return 2;
     }
     if (!cfg.insecure && !zps_endpoint_is_local(cfg.listen)) {
@@ -269,5 +278,8 @@ int main(int argc, char **argv)
                 cfg.listen);
         return 2;
     }
-    return zps_server_run(&cfg) == 0 ? 0 : 1;
+    bool unsaved = false;
+    if (zps_server_run(&cfg, &unsaved) == 0)
+        return 0;
+    return unsaved ? 3 : 1;
 }

@@ -103,6 +103,8 @@ int zps_resume(zps_daemon_t *d)
     zps_consistency_restore(d->consistency, ck.version, ck.pushed, ck.live, ck.dropped);
     d->ckpts.taken = true;
     d->ckpts.version = ck.version;
+    d->ckpts.saved = true;
+    d->ckpts.saved_version = ck.version;
     snprintf(d->ckpts.last_path, sizeof(d->ckpts.last_path), "%s", path);
     zps_info("resumed from %s: version %llu, N = %llu, range [%llu, %llu), optimizer step %llu",
              path, (unsigned long long)ck.version, (unsigned long long)ck.total,

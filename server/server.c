@@ -320,8 +320,10 @@ static void release(zps_daemon_t *d)
     zps_reply_cache_fini(&d->reply_cache);
 }
 
-int zps_server_run(const zps_server_config_t *cfg)
+int zps_server_run(const zps_server_config_t *cfg, bool *unsaved)
 {
+    if (unsaved)
+        *unsaved = false;
     zps_daemon_t d;
     memset(&d, 0, sizeof(d));
     d.cfg = cfg;
@@ -403,7 +405,16 @@ int zps_server_run(const zps_server_config_t *cfg)
     zps_daemon_drain(&d);
     uv_run(&d.loop, UV_RUN_DEFAULT);
     uv_loop_close(&d.loop);
+    /* SIGTERM promised the state on disk; an exit that broke that promise
+     * must not look like a clean one. */
+    bool lost = zps_ckpt_queue_unsaved(&d);
     release(&d);
+    if (lost) {
+        zps_error("stopped without saving the shard's state (exit status 3)");
+        if (unsaved)
+            *unsaved = true;
+        return rc ? rc : ZPS_EIO;
+    }
     zps_info("stopped");
     return rc;
 }

@@ -60,9 +60,12 @@ bool zps_endpoint_is_local(const char *endpoint);
 /*
  * Runs the shard until SIGINT or SIGTERM, on the calling thread (which must
  * be the process's only user of those signals). Blocks. cfg is borrowed for
- * the whole run. Returns 0 after a clean shutdown, or a ZPS_E* code when it
- * could not start (the reason is logged).
+ * the whole run. Returns 0 after a clean shutdown; ZPS_EIO with *unsaved
+ * set to true when it stopped on SIGTERM without saving the shard's state
+ * (its checkpoint failed, retries included; the reason is logged); or a
+ * ZPS_E* code when it could not start (the reason is logged). `unsaved`
+ * may be NULL; when not, it is written in every case.
  */
-int zps_server_run(const zps_server_config_t *cfg);
+int zps_server_run(const zps_server_config_t *cfg, bool *unsaved);
 
 #endif
