@@ -47,7 +47,9 @@
     X(ZPS_ENODEV, -25, "no usable device")                                                         \
     X(ZPS_EAGAIN, -26, "nothing ready; try again")                                                 \
     X(ZPS_EINITED, -27, "model already initialised with other values")                             \
-    X(ZPS_EUNREACHABLE, -28, "no connection to the server")
+    X(ZPS_EUNREACHABLE, -28, "no connection to the server")                                        \
+    X(ZPS_ECONFIG, -29, "the shards' configurations differ")                                       \
+    X(ZPS_EPARTIAL, -30, "taken by some shards only")
 
 enum zps_error {
 #define ZPS_ERROR_ENUM(name, value, text) name = value,

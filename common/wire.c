@@ -61,6 +61,7 @@ static void header_from_pb(zps_header_t *h, const Zps__Header *pb)
     h->shard_count = pb->shard_count;
     h->update_staleness = pb->update_staleness;
     h->next_clock = pb->next_clock;
+    h->config_fingerprint = pb->config_fingerprint;
     snprintf(h->error, sizeof(h->error), "%s", pb->error ? pb->error : "");
 }
 
@@ -85,6 +86,7 @@ static void header_to_pb(Zps__Header *pb, const zps_header_t *h)
     pb->shard_count = h->shard_count;
     pb->update_staleness = h->update_staleness;
     pb->next_clock = h->next_clock;
+    pb->config_fingerprint = h->config_fingerprint;
     /* protobuf-c packs the pointers without writing through them. */
     pb->error = (char *)h->error;
     pb->json = (char *)(h->json ? h->json : "");
@@ -299,8 +301,9 @@ int zps_wire_send_msg(void *sock, const zps_peer_t *peer, zps_header_t *hdr, zmq
     return send_frame(sock, payload, flags & ~ZMQ_DONTWAIT);
 }
 
-int zps_wire_send(void *sock, const zps_peer_t *peer, zps_header_t *hdr, const float *payload,
-                  size_t count, zps_wire_free_fn *ffn, void *hint, int flags)
+/* zps_wire_send and zps_wire_send_summed: `summed` says hdr->checksum is already the payload's. */
+static int send_floats(void *sock, const zps_peer_t *peer, zps_header_t *hdr, const float *payload,
+                       size_t count, zps_wire_free_fn *ffn, void *hint, int flags, bool summed)
 {
     zmq_msg_t m;
     if (!zps_wire_wants_payload(hdr)) {
@@ -311,7 +314,8 @@ int zps_wire_send(void *sock, const zps_peer_t *peer, zps_header_t *hdr, const f
     }
     size_t bytes = count * sizeof(float);
     if (ffn && bytes > 0) {
-        hdr->checksum = zps_crc32c(0, payload, bytes);
+        if (!summed)
+            hdr->checksum = zps_crc32c(0, payload, bytes);
         /* ZeroMQ's free callback takes (data, hint); ours has the same shape. */
         if (zmq_msg_init_data(&m, (void *)payload, bytes, ffn, hint) != 0) {
             ffn((void *)payload, hint);
@@ -325,6 +329,19 @@ int zps_wire_send(void *sock, const zps_peer_t *peer, zps_header_t *hdr, const f
         hdr->checksum = zps_crc32c_copy(0, zmq_msg_data(&m), payload, bytes);
     }
     return zps_wire_send_msg(sock, peer, hdr, &m, flags);
+}
+
+int zps_wire_send(void *sock, const zps_peer_t *peer, zps_header_t *hdr, const float *payload,
+                  size_t count, zps_wire_free_fn *ffn, void *hint, int flags)
+{
+    return send_floats(sock, peer, hdr, payload, count, ffn, hint, flags, false);
+}
+
+int zps_wire_send_summed(void *sock, const zps_peer_t *peer, zps_header_t *hdr,
+                         const float *payload, size_t count, zps_wire_free_fn *ffn, void *hint,
+                         int flags)
+{
+    return send_floats(sock, peer, hdr, payload, count, ffn, hint, flags, true);
 }
 
 uint32_t zps_crc_scan(const float *v, size_t count, size_t *first_bad)

@@ -74,6 +74,7 @@ typedef struct zps_header {
     uint32_t shard_count;
     uint64_t update_staleness; /* PUSH replies: updates applied since the pulled version */
     uint64_t next_clock;
+    uint64_t config_fingerprint; /* replies: the server's; INIT/PUSH: the agreed one (0: none) */
     char error[ZPS_ERROR_TEXT_MAX];
     const char *json; /* send: borrowed, may be NULL; recv: owned by the zps_message_t */
 } zps_header_t;
@@ -165,6 +166,16 @@ typedef void zps_wire_free_fn(void *data, void *hint);
  */
 int zps_wire_send(void *sock, const zps_peer_t *peer, zps_header_t *hdr, const float *payload,
                   size_t count, zps_wire_free_fn *ffn, void *hint, int flags);
+
+/*
+ * As zps_wire_send, for a payload whose CRC32C the caller has already put in
+ * hdr->checksum (computed with zps_crc_scan, which also checks that every
+ * value is finite): a zero-copy payload (ffn non-NULL) is not read here.
+ * With ffn NULL the payload is copied and its checksum computed as usual.
+ */
+int zps_wire_send_summed(void *sock, const zps_peer_t *peer, zps_header_t *hdr,
+                         const float *payload, size_t count, zps_wire_free_fn *ffn, void *hint,
+                         int flags);
 
 /*
  * As zps_wire_send, with the payload already in a ZeroMQ message (for

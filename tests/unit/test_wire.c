@@ -79,6 +79,7 @@ static void test_round_trip(void **state)
     h.shard_index = 1;
     h.shard_count = 2;
     h.update_staleness = 5;
+    h.config_fingerprint = 0xfedcba9876543210ull;
     float v[5] = {1.5f, -2.0f, 0.0f, 3.25f, 1e-30f};
     assert_int_equal(zps_wire_send(p->dealer, NULL, &h, v, 5, NULL, NULL, 0), 0);
     assert_int_equal(h.length, 5);
@@ -104,6 +105,7 @@ static void test_round_trip(void **state)
     assert_int_equal(m.hdr.shard_index, 1);
     assert_int_equal(m.hdr.shard_count, 2);
     assert_int_equal(m.hdr.update_staleness, 5);
+    assert_true(m.hdr.config_fingerprint == 0xfedcba9876543210ull);
     assert_memory_equal(zps_message_floats(&m), v, sizeof(v));
 
     /* A reply back to that peer, zero-copy, with an error text and JSON. */
@@ -306,12 +308,69 @@ static void test_helpers(void **state)
     assert_int_equal(bad, 17);
 }
 
+/*
+ * The configuration fingerprint is header field 22, a fixed64: tag byte
+ * (22 << 3) | 1 = 0xb1, then 0x01 (the varint's second byte), then eight
+ * little-endian bytes. A peer that does not know the field skips it.
+ */
+static void test_fingerprint_field(void **state)
+{
+    (void)state;
+    zps_header_t h;
+    zps_header_init(&h, ZPS_MSG_INIT);
+    Zps__Header pb = ZPS__HEADER__INIT;
+    pb.version = 1;
+    pb.type = ZPS__MSG_TYPE__MSG_INIT;
+    pb.config_fingerprint = 0x0807060504030201ull;
+    uint8_t buf[64];
+    size_t n = zps__header__pack(&pb, buf);
+    const uint8_t want[] = {0xb1, 0x01, 1, 2, 3, 4, 5, 6, 7, 8};
+    bool found = false;
+    for (size_t i = 0; i + sizeof(want) <= n; i++)
+        found |= memcmp(buf + i, want, sizeof(want)) == 0;
+    assert_true(found);
+
+    /* Codes appended for it: their wire values never change. */
+    assert_int_equal(ZPS_ECONFIG, -29);
+    assert_int_equal(ZPS_EPARTIAL, -30);
+    assert_string_equal(zps_errname(ZPS_ECONFIG), "ZPS_ECONFIG");
+    assert_string_equal(zps_errname(ZPS_EPARTIAL), "ZPS_EPARTIAL");
+}
+
+/* zps_wire_send_summed sends the caller's checksum as it is: a wrong one is caught on receipt. */
+static void test_send_summed(void **state)
+{
+    pair_t *p = *state;
+    float v[3] = {1.0f, 2.0f, 3.0f};
+    size_t bad;
+    zps_header_t h;
+    zps_header_init(&h, ZPS_MSG_PUSH);
+    h.checksum = zps_crc_scan(v, 3, &bad);
+    assert_int_equal(bad, 3);
+    atomic_store(&released, 0);
+    assert_int_equal(zps_wire_send_summed(p->dealer, NULL, &h, v, 3, count_release, NULL, 0), 0);
+    zps_message_t m;
+    assert_int_equal(zps_wire_recv(p->router, 0, true, &m), 0);
+    assert_memory_equal(zps_message_floats(&m), v, sizeof(v));
+    zps_message_close(&m);
+
+    zps_header_init(&h, ZPS_MSG_PUSH);
+    h.checksum = zps_crc32c(0, v, sizeof(v)) ^ 1u;
+    assert_int_equal(zps_wire_send_summed(p->dealer, NULL, &h, v, 3, count_release, NULL, 0), 0);
+    assert_int_equal(zps_wire_recv(p->router, 0, true, &m), ZPS_ECHECKSUM);
+    zps_message_close(&m);
+    for (int i = 0; i < 200 && atomic_load(&released) < 2; i++)
+        zmq_poll(NULL, 0, 10);
+    assert_int_equal(atomic_load(&released), 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_round_trip), cmocka_unit_test(test_nothing_ready),
-        cmocka_unit_test(test_each_fault), cmocka_unit_test(test_deferred_checksum),
-        cmocka_unit_test(test_helpers),
+        cmocka_unit_test(test_round_trip),  cmocka_unit_test(test_nothing_ready),
+        cmocka_unit_test(test_each_fault),  cmocka_unit_test(test_deferred_checksum),
+        cmocka_unit_test(test_helpers),     cmocka_unit_test(test_fingerprint_field),
+        cmocka_unit_test(test_send_summed),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
