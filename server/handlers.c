@@ -10,6 +10,7 @@
 #include "ckpt_queue.h"
 #include "daemon.h"
 #include "error.h"
+#include "fingerprint.h"
 #include "log.h"
 #include "timeutil.h"
 
@@ -44,6 +45,24 @@ static bool check_shard(zps_daemon_t *d, zps_request_t *r)
     zps_reply_error(d, r, ZPS_ERANGE,
                     "this server is shard %u/%u, the request was meant for shard %u/%u",
                     d->cfg->shard_index, d->cfg->shard_count, req->shard_index, req->shard_count);
+    return false;
+}
+
+/*
+ * The configuration the sender agreed with every shard, when it states one
+ * (0: a tool or an older client, unchecked). Checked first: a shard started
+ * with other settings than its peers must refuse before anything changes.
+ */
+static bool check_config(zps_daemon_t *d, zps_request_t *r)
+{
+    uint64_t mine = zps_fingerprint(d->cfg);
+    uint64_t theirs = r->hdr->config_fingerprint;
+    if (theirs == 0 || theirs == mine)
+        return true;
+    zps_reply_error(d, r, ZPS_ECONFIG,
+                    "configuration fingerprint %016llx is not this shard's %016llx: the shards "
+                    "were started with different settings (compare \"config\" in their STATS)",
+                    (unsigned long long)theirs, (unsigned long long)mine);
     return false;
 }
 
@@ -188,7 +207,7 @@ void zps_handle_init(zps_daemon_t *d, zps_request_t *r)
 {
     const zps_header_t *req = r->hdr;
     d->count.inits++;
-    if (!check_worker(d, r, true) || !check_shard(d, r))
+    if (!check_config(d, r) || !check_worker(d, r, true) || !check_shard(d, r))
         return;
     if (req->total == 0) {
         zps_reply_error(d, r, ZPS_ESIZE, "a model must have at least one element");
@@ -270,7 +289,7 @@ void zps_handle_push(zps_daemon_t *d, zps_request_t *r)
     const zps_header_t *req = r->hdr;
     char why[ZPS_ERROR_TEXT_MAX];
     d->count.pushes++;
-    if (!check_worker(d, r, false) || !check_shard(d, r))
+    if (!check_config(d, r) || !check_worker(d, r, false) || !check_shard(d, r))
         return;
     int rc = zps_consistency_check_push(d->consistency, req->clock, why, sizeof(why));
     if (rc) {

@@ -43,7 +43,8 @@ static inline zps_request_t zps_request_later(const zps_peer_t *peer, const zps_
 
 /*
  * An OK reply header for r, with the shard's current state filled in
- * (version, min_clock, N, shard, next_clock for a worker, r's flags).
+ * (version, min_clock, N, shard, configuration fingerprint, next_clock for a
+ * worker, r's flags). ERROR replies carry the fingerprint too.
  */
 void zps_reply_header(const struct zps_daemon *d, const zps_request_t *r, zps_header_t *h);
 

@@ -6,6 +6,7 @@
 #include "consistency.h"
 #include "daemon.h"
 #include "error.h"
+#include "fingerprint.h"
 #include "hist.h"
 #include "strbuf.h"
 #include "timeutil.h"
@@ -40,7 +41,9 @@ char *zps_stats_json(const zps_daemon_t *d)
                       cc->ssp_bound, cc->backup, zps_opt_name(&d->cfg->opt),
                       cc->lr_scaling == ZPS_LR_SCALING_INVERSE ? "inverse" : "none",
                       (double)d->cfg->worker_timeout_ms / 1e3, cc->workers);
-    zps_strbuf_printf(&b, "\"clocks\":[");
+    zps_strbuf_printf(&b, "\"config\":");
+    zps_fingerprint_json(d->cfg, &b);
+    zps_strbuf_printf(&b, ",\"clocks\":[");
     for (uint32_t w = 0; w < cc->workers; w++)
         zps_strbuf_printf(&b, "%s%llu", w ? "," : "",
                           (unsigned long long)zps_consistency_pushed(rules, w));
