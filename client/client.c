@@ -31,6 +31,7 @@
 #include <zmq.h>
 
 #include "error.h"
+#include "json.h"
 #include "log.h"
 #include "shard.h"
 #include "strbuf.h"
@@ -43,11 +44,13 @@
 typedef struct conn {
     char *endpoint;
     void *sock;
-    void *mon;        /* PAIR socket receiving sock's monitor events, or NULL */
-    unsigned mon_gen; /* makes each monitor's inproc address unique */
-    bool up;          /* a ZMTP handshake with the peer succeeded and it has not gone */
-    bool up_in_call;  /* up at some moment of the call in progress */
-    uint64_t version; /* model version of this shard's last pull reply (a push's base) */
+    void *mon;            /* PAIR socket receiving sock's monitor events, or NULL */
+    unsigned mon_gen;     /* makes each monitor's inproc address unique */
+    bool up;              /* a ZMTP handshake with the peer succeeded and it has not gone */
+    bool up_in_call;      /* up at some moment of the call in progress */
+    uint64_t version;     /* model version of this shard's last pull reply (a push's base) */
+    uint64_t fingerprint; /* configuration fingerprint of its last reply that was read (0: none) */
+    bool refuses;         /* INIT: its probe said it will refuse (another shard, another N) */
 
     /* The request of the call in progress. */
     zps_header_t req;
@@ -59,6 +62,9 @@ typedef struct conn {
     int backoff_ms;
     zps_message_t reply;
     bool have_reply;
+    int outcome; /* after an exchange: 0 (answered OK), or why not (a ZPS_E* code; ZPS_EREMOTE:
+                  * refused, the reply says why) */
+    bool took;   /* after a push: this shard took it */
 } conn_t;
 
 /* The background thread that keeps a worker from being evicted while it computes. */
@@ -76,7 +82,10 @@ struct zps_client {
     size_t nconns;
     zmq_pollitem_t *items;
     uint64_t next_id;
-    uint64_t total; /* N once known */
+    uint64_t total;       /* N once known */
+    uint64_t fingerprint; /* the configuration every shard reported; 0: not known (yet) */
+    const char *call;     /* what wait records name the requests of this exchange after
+                           * (NULL: their own type) */
 
     pthread_mutex_t mu;
     pthread_cond_t released;
@@ -412,8 +421,11 @@ static int send_request(zps_client_t *c, conn_t *k)
         pthread_mutex_unlock(&c->mu);
         ffn = payload_released;
     }
-    /* A DEALER queues while its server is away, so this does not block. */
-    int rc = zps_wire_send(k->sock, NULL, &k->req, k->payload, k->count, ffn, c, 0);
+    /* A DEALER queues while its server is away, so this does not block. A
+     * payload's checksum was computed with its finite check (sum_slices). */
+    int rc = k->payload
+                 ? zps_wire_send_summed(k->sock, NULL, &k->req, k->payload, k->count, ffn, c, 0)
+                 : zps_wire_send(k->sock, NULL, &k->req, NULL, 0, NULL, NULL, 0);
     if (rc)
         set_error(c, "%s: send failed: %s", k->endpoint, zmq_strerror(zmq_errno()));
     return rc;
@@ -425,10 +437,13 @@ static void begin(zps_client_t *c, enum zps_msg_type type)
     uint64_t id = ++c->next_id;
     c->err[0] = '\0';
     c->remote_status = 0;
+    c->call = NULL;
     for (size_t i = 0; i < c->nconns; i++) {
         conn_t *k = &c->conns[i];
         zps_message_close(&k->reply);
         k->have_reply = false;
+        k->outcome = 0;
+        k->took = false;
         k->active = true;
         k->pending = false;
         k->payload = NULL;
@@ -438,6 +453,9 @@ static void begin(zps_client_t *c, enum zps_msg_type type)
         k->req.request_id = id;
         k->req.shard_index = (uint32_t)i;
         k->req.shard_count = (uint32_t)c->nconns;
+        /* What changes a shard says which configuration it was agreed for. */
+        if (type == ZPS_MSG_INIT || type == ZPS_MSG_PUSH)
+            k->req.config_fingerprint = c->fingerprint;
     }
 }
 
@@ -470,10 +488,14 @@ static int take_reply(zps_client_t *c, conn_t *k)
         k->have_reply = true;
         k->pending = false;
         if (m.hdr.status != 0) {
-            c->remote_status = m.hdr.status;
-            set_error(c, "%s: %s (%s)", k->endpoint,
-                      m.hdr.error[0] ? m.hdr.error : zps_strerror(m.hdr.status),
-                      zps_errname(m.hdr.status));
+            k->outcome = ZPS_EREMOTE;
+            /* The first refusal of the call is the one reported. */
+            if (c->remote_status == 0) {
+                c->remote_status = m.hdr.status;
+                set_error(c, "%s: %s (%s)", k->endpoint,
+                          m.hdr.error[0] ? m.hdr.error : zps_strerror(m.hdr.status),
+                          zps_errname(m.hdr.status));
+            }
             return ZPS_EREMOTE;
         }
     }
@@ -517,7 +539,9 @@ static void log_waiting(zps_client_t *c, uint64_t since_ns, uint64_t now)
         conn_t *k = &c->conns[i];
         if (!k->pending)
             continue;
-        if (k->req.type == ZPS_MSG_PULL || k->req.type == ZPS_MSG_PUSH)
+        if (c->call)
+            snprintf(what, sizeof(what), "%s", c->call);
+        else if (k->req.type == ZPS_MSG_PULL || k->req.type == ZPS_MSG_PUSH)
             snprintf(what, sizeof(what), "%s (clock %llu)", request_name(&k->req),
                      (unsigned long long)k->req.clock);
         else
@@ -536,13 +560,16 @@ static void log_waiting(zps_client_t *c, uint64_t since_ns, uint64_t now)
 
 /*
  * Sends the prepared requests of the active shards and waits for their
- * replies. On failure, every shard still
- * waiting has its socket replaced; either way no payload of the caller's is
- * held by ZeroMQ on return.
+ * replies. Without `all` the first failure ends the wait; with it, a shard
+ * that refuses or answers badly does not stop the wait for the others, so
+ * each shard's outcome is known (k->outcome) and the first failure is
+ * returned. On failure, every shard still waiting has its socket replaced;
+ * either way no payload of the caller's is held by ZeroMQ on return.
  */
-static int exchange(zps_client_t *c)
+static int exchange(zps_client_t *c, bool all)
 {
     int rc = 0;
+    int first = 0; /* with `all`: the first shard's failure */
     uint64_t now = zps_now_ns();
     const uint64_t start = now;
     uint64_t deadline =
@@ -574,6 +601,9 @@ static int exchange(zps_client_t *c)
             char took[32];
             format_ms(c->opts.timeout_ms, took, sizeof(took));
             rc = ZPS_ETIMEDOUT;
+            for (size_t i = 0; i < c->nconns; i++)
+                if (c->conns[i].pending)
+                    c->conns[i].outcome = c->conns[i].up_in_call ? ZPS_ETIMEDOUT : ZPS_EUNREACHABLE;
             for (size_t i = 0; i < c->nconns; i++) {
                 conn_t *k = &c->conns[i];
                 if (k->pending && !k->up_in_call) {
@@ -633,10 +663,20 @@ static int exchange(zps_client_t *c)
             if (!k->pending)
                 continue;
             rc = take_reply(c, k);
+            if (rc && all && rc != ZPS_ESOCKET) {
+                /* This shard's answer is in, a refusal or a bad reply: note
+                 * it, and keep waiting for the others'. */
+                k->outcome = rc;
+                k->pending = false;
+                first = first ? first : rc;
+                rc = 0;
+            }
             if (!k->pending)
                 waiting--;
         }
     }
+    if (rc == 0)
+        rc = first;
 
     if (rc) {
         /* Give ZeroMQ a moment to finish what it is sending, then drop what
@@ -670,6 +710,29 @@ static void attach_slices(zps_client_t *c, const float *v, uint64_t n)
     }
 }
 
+/*
+ * Computes each shard's payload checksum in the same pass over memory that
+ * checks every value is finite, before anything is sent: a value no shard
+ * would take is refused here, so no shard takes a part of it. `what` names
+ * an element in the message ("gradient element"). Returns 0 or
+ * ZPS_ENONFINITE.
+ */
+static int sum_slices(zps_client_t *c, const char *what)
+{
+    for (size_t i = 0; i < c->nconns; i++) {
+        conn_t *k = &c->conns[i];
+        size_t bad;
+        k->req.checksum = zps_crc_scan(k->payload, k->count, &bad);
+        if (bad < k->count) {
+            set_error(c, "%s %llu is %g: nothing was sent", what,
+                      (unsigned long long)(k->req.offset + bad), (double)k->payload[bad]);
+            return ZPS_ENONFINITE;
+        }
+    }
+    return 0;
+}
+
+/* The replies that said OK, folded into info (NULL: nothing to do). */
 static void collect_info(zps_client_t *c, zps_reply_info_t *info)
 {
     if (!info)
@@ -677,7 +740,10 @@ static void collect_info(zps_client_t *c, zps_reply_info_t *info)
     memset(info, 0, sizeof(*info));
     info->min_version = UINT64_MAX;
     info->min_clock = UINT64_MAX;
+    bool first = true;
     for (size_t i = 0; i < c->nconns; i++) {
+        if (!c->conns[i].have_reply || c->conns[i].reply.hdr.status != 0)
+            continue;
         const zps_header_t *h = &c->conns[i].reply.hdr;
         if (h->model_version < info->min_version)
             info->min_version = h->model_version;
@@ -687,8 +753,9 @@ static void collect_info(zps_client_t *c, zps_reply_info_t *info)
             info->min_clock = h->min_clock;
         if (h->update_staleness > info->update_staleness)
             info->update_staleness = h->update_staleness;
-        if (i == 0 || h->next_clock < info->next_clock)
+        if (first || h->next_clock < info->next_clock)
             info->next_clock = h->next_clock;
+        first = false;
         info->retried |= (h->flags & ZPS_FLAG_RETRY) != 0;
         info->dropped |= (h->flags & ZPS_FLAG_DROPPED) != 0;
         info->buffered |= (h->flags & ZPS_FLAG_BUFFERED) != 0;
@@ -696,13 +763,197 @@ static void collect_info(zps_client_t *c, zps_reply_info_t *info)
     }
 }
 
+/* ---- the shards' configuration ---- */
+
+/* A JSON value as a reader wants it: numbers in the fewest digits that read back exactly. */
+static void format_value(const zps_json_t *v, char *buf, size_t size)
+{
+    if (!v) {
+        snprintf(buf, size, "(none)");
+    } else if (v->type == ZPS_JSON_NUMBER) {
+        for (int digits = 6; digits <= 17; digits++) {
+            snprintf(buf, size, "%.*g", digits, v->number);
+            if (strtod(buf, NULL) == v->number)
+                break;
+        }
+    } else if (v->type == ZPS_JSON_STRING) {
+        snprintf(buf, size, "%s", v->string);
+    } else if (v->type == ZPS_JSON_BOOL) {
+        snprintf(buf, size, "%s", v->boolean ? "true" : "false");
+    } else {
+        snprintf(buf, size, "?");
+    }
+}
+
+static bool same_value(const zps_json_t *a, const zps_json_t *b)
+{
+    if (!a || !b || a->type != b->type)
+        return false;
+    switch (a->type) {
+    case ZPS_JSON_NUMBER:
+        return a->number == b->number;
+    case ZPS_JSON_STRING:
+        return strcmp(a->string, b->string) == 0;
+    case ZPS_JSON_BOOL:
+        return a->boolean == b->boolean;
+    default:
+        return true;
+    }
+}
+
+/*
+ * Says in c->err how the shards' configurations differ: asks every shard for
+ * its STATS and compares the settings under "config" (the ones the
+ * fingerprint covers) of each shard whose fingerprint is not `ref`'s with
+ * those of shard `ref`. Without a STATS answer, names the fingerprints.
+ */
+static void explain_config(zps_client_t *c, size_t ref, const char *outcome)
+{
+    uint64_t *fp = calloc(c->nconns, sizeof(*fp));
+    zps_json_t **cfg = calloc(c->nconns, sizeof(*cfg));
+    if (!fp || !cfg) {
+        set_error(c, "the shards' configurations differ: %s", outcome);
+        free(fp);
+        free(cfg);
+        return;
+    }
+    for (size_t i = 0; i < c->nconns; i++)
+        fp[i] = c->conns[i].fingerprint;
+    begin(c, ZPS_MSG_STATS);
+    exchange(c, true);
+    for (size_t i = 0; i < c->nconns; i++) {
+        conn_t *k = &c->conns[i];
+        if (k->have_reply && k->reply.hdr.status == 0 && k->reply.json)
+            zps_json_parse(k->reply.json, &cfg[i], NULL, 0);
+        zps_message_close(&k->reply);
+    }
+    zps_strbuf_t b;
+    zps_strbuf_init(&b);
+    zps_strbuf_printf(&b, "the shards' configurations differ, %s:", outcome);
+    const zps_json_t *rcfg = zps_json_get(cfg[ref], "config");
+    const char *sep = " ";
+    for (size_t i = 0; i < c->nconns; i++) {
+        if (fp[i] == 0 || fp[i] == fp[ref])
+            continue;
+        zps_strbuf_printf(&b, "%sshard %zu at %s differs from shard %zu at %s in", sep, i,
+                          c->conns[i].endpoint, ref, c->conns[ref].endpoint);
+        sep = "; ";
+        const zps_json_t *ic = zps_json_get(cfg[i], "config");
+        size_t named = 0;
+        for (size_t j = 0; rcfg && ic && rcfg->type == ZPS_JSON_OBJECT && j < rcfg->count; j++) {
+            const char *key = rcfg->keys[j];
+            const zps_json_t *mine = zps_json_get(ic, key);
+            if (strcmp(key, "fingerprint") == 0 || same_value(&rcfg->items[j], mine))
+                continue;
+            char a[64], r[64];
+            format_value(mine, a, sizeof(a));
+            format_value(&rcfg->items[j], r, sizeof(r));
+            zps_strbuf_printf(&b, "%s %s (%s, not %s)", named++ ? "," : "", key, a, r);
+        }
+        if (named == 0)
+            zps_strbuf_printf(&b, " its configuration fingerprint (%016llx, not %016llx)",
+                              (unsigned long long)fp[i], (unsigned long long)fp[ref]);
+    }
+    char *text = zps_strbuf_take(&b);
+    set_error(c, "%s", text ? text : "the shards' configurations differ");
+    free(text);
+    for (size_t i = 0; i < c->nconns; i++)
+        zps_json_free(cfg[i]);
+    free(cfg);
+    free(fp);
+}
+
+/*
+ * The fingerprints the shards last reported (k->fingerprint) must agree; a
+ * shard that reports none (0: an older server) is not compared. Sets
+ * c->fingerprint to the agreed one and returns 0, or returns ZPS_ECONFIG
+ * with the differences in c->err, `outcome` saying what the caller did not do.
+ */
+static int agree_config(zps_client_t *c, const char *outcome)
+{
+    size_t ref = c->nconns;
+    for (size_t i = 0; i < c->nconns; i++) {
+        uint64_t fp = c->conns[i].fingerprint;
+        if (fp == 0)
+            continue;
+        if (ref == c->nconns) {
+            ref = i;
+        } else if (fp != c->conns[ref].fingerprint) {
+            explain_config(c, ref, outcome);
+            return ZPS_ECONFIG;
+        }
+    }
+    c->fingerprint = ref < c->nconns ? c->conns[ref].fingerprint : 0;
+    return 0;
+}
+
+/* Notes the fingerprint of every shard's reply. */
+static void note_fingerprints(zps_client_t *c)
+{
+    for (size_t i = 0; i < c->nconns; i++)
+        if (c->conns[i].have_reply)
+            c->conns[i].fingerprint = c->conns[i].reply.hdr.config_fingerprint;
+}
+
+/* ---- INIT ---- */
+
+/*
+ * Before an INIT changes anything: asks every shard, as an observer's
+ * HEARTBEAT (no effect on any worker), which configuration it runs, which
+ * shard it is and which N it holds. The configurations must agree
+ * (agree_config). A shard that will refuse this INIT (it is another shard
+ * than its place in the list, or holds another N) is marked `refuses`.
+ */
+static int probe_shards(zps_client_t *c, uint64_t n, bool *refusal)
+{
+    begin(c, ZPS_MSG_HEARTBEAT);
+    c->call = "init"; /* to the user, this is the INIT waiting */
+    for (size_t i = 0; i < c->nconns; i++)
+        c->conns[i].req.worker = -1;
+    int rc = exchange(c, false);
+    if (rc)
+        return rc;
+    note_fingerprints(c);
+    *refusal = false;
+    for (size_t i = 0; i < c->nconns; i++) {
+        conn_t *k = &c->conns[i];
+        const zps_header_t *h = &k->reply.hdr;
+        k->refuses = (h->shard_count != 0 &&
+                      (h->shard_index != i || h->shard_count != (uint32_t)c->nconns)) ||
+                     (h->total != 0 && h->total != n);
+        *refusal |= k->refuses;
+    }
+    return agree_config(c, "nothing was initialised");
+}
+
+/* INIT requests for every shard, checksummed and checked for finite values. */
+static int prepare_init(zps_client_t *c, const float *values, uint64_t n)
+{
+    begin(c, ZPS_MSG_INIT);
+    attach_slices(c, values, n);
+    return sum_slices(c, "initial value");
+}
+
 int zps_client_init(zps_client_t *c, const float *values, uint64_t n)
 {
     if (n == 0 || !values)
         return ZPS_EINVAL;
-    begin(c, ZPS_MSG_INIT);
-    attach_slices(c, values, n);
-    int rc = exchange(c);
+    bool refusal = false;
+    int rc = probe_shards(c, n, &refusal);
+    if (rc == 0)
+        rc = prepare_init(c, values, n);
+    if (rc == 0 && refusal) {
+        /* The shards that will refuse get the INIT alone: their refusal is
+         * the answer, and no other shard is initialised meanwhile. Should
+         * they take it after all, the others get it next. */
+        for (size_t i = 0; i < c->nconns; i++)
+            c->conns[i].active = c->conns[i].refuses;
+        rc = exchange(c, false);
+        if (rc == 0)
+            rc = prepare_init(c, values, n);
+    }
+    if (rc == 0)
+        rc = exchange(c, false);
     if (rc == 0)
         c->total = n;
     return rc;
@@ -771,7 +1022,7 @@ int zps_client_pull(zps_client_t *c, uint64_t clock, float *out, uint64_t n, zps
     set_pull_clock(c, clock);
     for (size_t i = 0; i < c->nconns; i++)
         c->conns[i].req.flags |= ZPS_FLAG_RANGE;
-    int rc = exchange(c);
+    int rc = exchange(c, false);
     uint64_t total = 0;
     if (rc == 0)
         rc = check_pull_replies(c, &total);
@@ -779,6 +1030,10 @@ int zps_client_pull(zps_client_t *c, uint64_t clock, float *out, uint64_t n, zps
         set_error(c, "the servers hold a %llu-element model, not %llu", (unsigned long long)total,
                   (unsigned long long)n);
         rc = ZPS_ESIZE;
+    }
+    if (rc == 0) {
+        note_fingerprints(c);
+        rc = agree_config(c, "the pull is refused");
     }
     if (rc)
         return rc;
@@ -794,10 +1049,14 @@ int zps_client_pull_alloc(zps_client_t *c, uint64_t clock, float **out, uint64_t
 {
     begin(c, ZPS_MSG_PULL);
     set_pull_clock(c, clock);
-    int rc = exchange(c);
+    int rc = exchange(c, false);
     uint64_t total = 0;
     if (rc == 0)
         rc = check_pull_replies(c, &total);
+    if (rc == 0) {
+        note_fingerprints(c);
+        rc = agree_config(c, "the pull is refused");
+    }
     if (rc)
         return rc;
     float *v = malloc(total * sizeof(float));
@@ -815,6 +1074,50 @@ int zps_client_pull_alloc(zps_client_t *c, uint64_t clock, float **out, uint64_t
     return 0;
 }
 
+/*
+ * A push that failed at some shard: when another took it, the call's answer
+ * is ZPS_EPARTIAL with c->err naming who took it and why the others did not;
+ * otherwise `rc`, the exchange's own failure.
+ */
+static int push_outcome(zps_client_t *c, uint64_t clock, int rc)
+{
+    size_t took = 0;
+    for (size_t i = 0; i < c->nconns; i++)
+        took += c->conns[i].took;
+    if (took == 0)
+        return rc;
+    zps_strbuf_t b;
+    zps_strbuf_init(&b);
+    zps_strbuf_printf(&b, "push at clock %llu taken by shard", (unsigned long long)clock);
+    const char *sep = took > 1 ? "s " : " ";
+    for (size_t i = 0; i < c->nconns; i++) {
+        if (c->conns[i].took) {
+            zps_strbuf_printf(&b, "%s%zu", sep, i);
+            sep = ", ";
+        }
+    }
+    zps_strbuf_printf(&b, " only; not by");
+    sep = " ";
+    for (size_t i = 0; i < c->nconns; i++) {
+        conn_t *k = &c->conns[i];
+        if (k->took)
+            continue;
+        zps_strbuf_printf(&b, "%sshard %zu at %s: ", sep, i, k->endpoint);
+        sep = "; ";
+        if (k->outcome == ZPS_EREMOTE)
+            zps_strbuf_printf(&b, "%s (%s)",
+                              k->reply.hdr.error[0] ? k->reply.hdr.error
+                                                    : zps_strerror(k->reply.hdr.status),
+                              zps_errname(k->reply.hdr.status));
+        else
+            zps_strbuf_printf(&b, "%s (%s)", zps_strerror(k->outcome), zps_errname(k->outcome));
+    }
+    char *text = zps_strbuf_take(&b);
+    set_error(c, "%s", text ? text : "push taken by some shards only");
+    free(text);
+    return ZPS_EPARTIAL;
+}
+
 int zps_client_push(zps_client_t *c, uint64_t clock, const float *grad, uint64_t n, uint32_t batch,
                     zps_reply_info_t *info)
 {
@@ -822,24 +1125,40 @@ int zps_client_push(zps_client_t *c, uint64_t clock, const float *grad, uint64_t
         return ZPS_EINVAL;
     begin(c, ZPS_MSG_PUSH);
     attach_slices(c, grad, n);
+    int rc = sum_slices(c, "gradient element");
+    if (rc)
+        return rc;
     for (size_t i = 0; i < c->nconns; i++) {
         conn_t *k = &c->conns[i];
         k->req.clock = clock;
         k->req.batch = batch;
         k->req.model_version = k->version;
     }
-    int rc = exchange(c);
-    if (rc == 0)
+    /* Every shard's answer is awaited, so a push some shard took is never
+     * reported as one that failed. */
+    rc = exchange(c, true);
+    for (size_t i = 0; i < c->nconns; i++) {
+        conn_t *k = &c->conns[i];
+        k->took = k->have_reply && k->reply.hdr.status == 0;
+    }
+    if (rc)
+        rc = push_outcome(c, clock, rc);
+    if (rc == 0 || rc == ZPS_EPARTIAL)
         collect_info(c, info);
     for (size_t i = 0; i < c->nconns; i++)
         zps_message_close(&c->conns[i].reply);
     return rc;
 }
 
+bool zps_client_push_taken(const zps_client_t *c, size_t index)
+{
+    return index < c->nconns && c->conns[index].took;
+}
+
 int zps_client_checkpoint(zps_client_t *c, char **report)
 {
     begin(c, ZPS_MSG_CHECKPOINT);
-    int rc = exchange(c);
+    int rc = exchange(c, false);
     zps_strbuf_t b;
     zps_strbuf_init(&b);
     for (size_t i = 0; i < c->nconns; i++) {
@@ -864,7 +1183,7 @@ int zps_client_stats(zps_client_t *c, size_t index, char **json)
     for (size_t i = 0; i < c->nconns; i++)
         c->conns[i].active = i == index;
     conn_t *k = &c->conns[index];
-    int rc = exchange(c);
+    int rc = exchange(c, false);
     if (rc == 0) {
         *json = strdup(k->reply.json ? k->reply.json : "{}");
         if (!*json)

@@ -22,6 +22,15 @@
  * change (see zps_client_init); a push already taken is acknowledged without
  * being applied again; a repeated pull is answered once.
  *
+ * Configuration: the shards of one model must run the same configuration
+ * (mode, W, SSP bound, backup workers, optimizer and schedule, S). Every
+ * server reports a fingerprint of it in every reply (docs/protocol.md). The
+ * client checks that the shards agree before an INIT and on every pull, and
+ * states the agreed fingerprint in its INIT and PUSH requests, which a shard
+ * of another configuration refuses (ZPS_ECONFIG) before anything changes. A
+ * client that has not learned it yet (no INIT or pull so far) states none,
+ * and its pushes are not checked.
+ *
  * Liveness: a worker's client (worker >= 0, heartbeat_ms > 0) runs a
  * background thread with sockets of its own that tells every server the
  * worker is alive every heartbeat_ms, so servers started with
@@ -81,8 +90,18 @@ void zps_client_free(zps_client_t *c);
 size_t zps_client_server_count(const zps_client_t *c);
 
 /*
- * Sets the initial model: values[n] is split by shard and sent. What a shard
- * does with an INIT (server/server.c, docs/protocol.md):
+ * Sets the initial model: values[n] is split by shard and sent. First, before
+ * anything changes anywhere:
+ *   - a non-finite value is refused here: ZPS_ENONFINITE, nothing is sent;
+ *   - every shard is asked which configuration it runs (an observer's
+ *     HEARTBEAT); when they differ the call returns ZPS_ECONFIG, no INIT is
+ *     sent, and zps_client_last_error names the shards and the settings
+ *     that differ ("... shard 1 at tcp://h:7101 differs from shard 0 at
+ *     tcp://h:7100 in workers (3, not 2)");
+ *   - a shard that says it would refuse (it is another shard than its place
+ *     in the list, or holds another N) is sent the INIT alone, so that its
+ *     refusal (ZPS_EREMOTE) leaves every other shard as it was.
+ * What a shard does with an INIT (server/handlers.c, docs/protocol.md):
  *   - the first INIT it receives sets its slice of the model;
  *   - a later INIT of the same size is acknowledged and changes nothing
  *     when it carries the same values, or when the model has already taken
@@ -90,8 +109,9 @@ size_t zps_client_server_count(const zps_client_t *c);
  *   - a later INIT of the same size with other values, before any step, is
  *     refused: ZPS_EREMOTE with the server's ZPS_EINITED;
  *   - a later INIT of another size is refused: ZPS_EREMOTE with ZPS_ESIZE.
- * Returns 0, ZPS_EINVAL (n is 0 or values NULL) or another ZPS_E* code.
- * `values` is only read, and not after the call returns. Blocks.
+ * Returns 0, ZPS_EINVAL (n is 0 or values NULL), ZPS_ENONFINITE, ZPS_ECONFIG
+ * or another ZPS_E* code. `values` is only read, and not after the call
+ * returns. Blocks.
  */
 int zps_client_init(zps_client_t *c, const float *values, uint64_t n);
 
@@ -122,8 +142,9 @@ typedef struct zps_reply_info {
  * model is initialised). Returns 0; ZPS_EINVAL (n is 0 or out NULL);
  * ZPS_ETIMEDOUT or ZPS_EUNREACHABLE (see above); ZPS_ESIZE or ZPS_ERANGE
  * when the servers' model or ranges disagree with n or the range rule;
- * ZPS_ECHECKSUM; ZPS_EREMOTE (see zps_client_last_error); or another ZPS_E*
- * code. `out` may be partly written on failure. `info` may be NULL.
+ * ZPS_ECONFIG when the shards' configurations differ (as for
+ * zps_client_init); ZPS_ECHECKSUM; ZPS_EREMOTE (see zps_client_last_error);
+ * or another ZPS_E* code. `out` may be partly written on failure. `info` may be NULL.
  */
 int zps_client_pull(zps_client_t *c, uint64_t clock, float *out, uint64_t n,
                     zps_reply_info_t *info);
@@ -139,13 +160,36 @@ int zps_client_pull_alloc(zps_client_t *c, uint64_t clock, float **out, uint64_t
 /*
  * Pushes a gradient grad[n] computed on `batch` examples at clock `clock`.
  * Each shard's slice is sent without copying; the call returns only once
- * ZeroMQ has released `grad`, so the caller may reuse it at once. Returns 0
- * when every shard took it (info->retried, ->dropped and ->buffered tell
- * what became of it), ZPS_EINVAL (n is 0 or grad NULL) or another ZPS_E*
- * code. `info` may be NULL. Blocks.
+ * ZeroMQ has released `grad`, so the caller may reuse it at once. The call
+ * waits for every shard's answer, even after one refused. Returns:
+ *   - 0 when every shard took it (info->retried, ->dropped and ->buffered
+ *     tell what became of it);
+ *   - ZPS_ENONFINITE when a value is NaN or infinite: refused here, before
+ *     any shard sees any of it;
+ *   - ZPS_EPARTIAL when some shards took it and others did not (refused it,
+ *     or did not answer in time). This is not "nothing happened": the
+ *     shards named by zps_client_push_taken have applied, buffered or
+ *     acknowledged it. zps_client_last_error names those shards and why the
+ *     others did not take it; zps_client_last_remote_status is the first
+ *     refusing shard's code (0 if none refused, they only did not answer);
+ *     `info` is filled from the shards that took it. Pushing the same
+ *     gradient at the same clock again is safe: a shard that took it
+ *     acknowledges it as a retry and does not apply it twice.
+ *   - otherwise, when no shard took it: ZPS_EINVAL (n is 0 or grad NULL),
+ *     ZPS_EREMOTE (every shard refused; the first refusal is reported),
+ *     ZPS_ETIMEDOUT or ZPS_EUNREACHABLE (a shard did not answer, none said
+ *     it took it), or another ZPS_E* code.
+ * `info` may be NULL. Blocks.
  */
 int zps_client_push(zps_client_t *c, uint64_t clock, const float *grad, uint64_t n, uint32_t batch,
                     zps_reply_info_t *info);
+
+/*
+ * After zps_client_push: true when shard `index` took that push (it answered
+ * OK: applied, buffered, acknowledged as a retry, or dropped as too late).
+ * False for an index out of range. Valid until the next call on `c`.
+ */
+bool zps_client_push_taken(const zps_client_t *c, size_t index);
 
 /*
  * Asks server `index` (only that one) for its statistics. Returns 0 with
