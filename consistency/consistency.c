@@ -33,6 +33,7 @@ struct zps_consistency {
     uint64_t *pushed;     /* [W] next expected clock */
     bool *live;           /* [W] */
     uint64_t *dropped;    /* [W] late pushes dropped (BSP with backups or eviction) */
+    uint64_t *discarded;  /* [W] BSP: buffered pushes of steps refused (not finite) */
     uint64_t *slot_clock; /* [W] BSP: clock of the buffered push, NO_CLOCK if none */
     uint32_t filled;      /* BSP: slots holding the current clock (= version) */
     bool step_taken;      /* BSP: zps_consistency_step_due handed out the current step */
@@ -97,12 +98,13 @@ int zps_consistency_new(const zps_consistency_config_t *cfg, zps_consistency_t *
     st->pushed = calloc(w, sizeof(uint64_t));
     st->live = calloc(w, sizeof(bool));
     st->dropped = calloc(w, sizeof(uint64_t));
+    st->discarded = calloc(w, sizeof(uint64_t));
     st->slot_clock = calloc(w, sizeof(uint64_t));
     st->cap = (w + 1) * cfg->max_pending;
     st->waiting = calloc(st->cap, sizeof(waiting_pull_t));
     st->waiting_per = calloc(w + 1, sizeof(uint32_t));
-    if (!st->pushed || !st->live || !st->dropped || !st->slot_clock || !st->waiting ||
-        !st->waiting_per) {
+    if (!st->pushed || !st->live || !st->dropped || !st->discarded || !st->slot_clock ||
+        !st->waiting || !st->waiting_per) {
         zps_consistency_free(st);
         return ZPS_ENOMEM;
     }
@@ -121,6 +123,7 @@ void zps_consistency_free(zps_consistency_t *st)
     free(st->pushed);
     free(st->live);
     free(st->dropped);
+    free(st->discarded);
     free(st->slot_clock);
     free(st->waiting);
     free(st->waiting_per);
@@ -248,11 +251,30 @@ int zps_consistency_push(zps_consistency_t *st, uint32_t w, uint64_t t, uint64_t
     return 0;
 }
 
+/*
+ * BSP: whether the step for clock v may be taken. Only live workers are
+ * waited for: it is due once the live workers' pushes of clock v reach the
+ * quorum. A push buffered by a worker evicted since is kept (it was
+ * acknowledged as buffered) and joins the step, but is not counted towards
+ * the quorum, so it cannot stand in for a live worker that has not pushed
+ * yet. With no live worker left, any buffered push makes the step due.
+ */
+static bool step_ready(const zps_consistency_t *st)
+{
+    if (st->cfg.mode != ZPS_MODE_BSP || st->step_taken || st->filled == 0)
+        return false;
+    uint32_t live = live_count(st), live_filled = 0;
+    if (live == 0)
+        return true;
+    for (uint32_t w = 0; w < st->cfg.workers; w++)
+        live_filled += st->live[w] && st->slot_clock[w] == st->version;
+    return live_filled >= step_quorum(st);
+}
+
 bool zps_consistency_step_due(zps_consistency_t *st, uint64_t *clock, uint32_t *ranks,
                               uint32_t *count)
 {
-    if (st->cfg.mode != ZPS_MODE_BSP || st->step_taken || st->filled == 0 ||
-        st->filled < step_quorum(st))
+    if (!step_ready(st))
         return false;
     uint32_t n = 0;
     for (uint32_t w = 0; w < st->cfg.workers; w++)
@@ -265,15 +287,37 @@ bool zps_consistency_step_due(zps_consistency_t *st, uint64_t *clock, uint32_t *
     return true;
 }
 
-void zps_consistency_step_done(zps_consistency_t *st)
+/* Ends the step in progress: its slots are empty and the clock moves on. */
+static void step_end(zps_consistency_t *st, bool refused)
 {
     ZPS_ASSERT(st->step_taken);
-    for (uint32_t w = 0; w < st->cfg.workers; w++)
-        if (st->slot_clock[w] == st->version)
+    for (uint32_t w = 0; w < st->cfg.workers; w++) {
+        if (st->slot_clock[w] == st->version) {
             st->slot_clock[w] = NO_CLOCK;
+            st->discarded[w] += refused;
+        }
+    }
     st->filled = 0;
     st->step_taken = false;
     st->version++;
+}
+
+void zps_consistency_step_done(zps_consistency_t *st)
+{
+    step_end(st, false);
+}
+
+void zps_consistency_step_refused(zps_consistency_t *st)
+{
+    step_end(st, true);
+}
+
+void zps_consistency_push_refused(zps_consistency_t *st, uint32_t w, uint64_t t)
+{
+    ZPS_ASSERT(st->cfg.mode != ZPS_MODE_BSP && w < st->cfg.workers);
+    ZPS_ASSERT(st->pushed[w] == t + 1 && st->version > 0);
+    st->pushed[w] = t;
+    st->version--;
 }
 
 static bool pull_ready(const zps_consistency_t *st, int32_t w, uint64_t t)
@@ -434,6 +478,11 @@ bool zps_consistency_live(const zps_consistency_t *st, uint32_t w)
 uint64_t zps_consistency_dropped(const zps_consistency_t *st, uint32_t w)
 {
     return w < st->cfg.workers ? st->dropped[w] : 0;
+}
+
+uint64_t zps_consistency_discarded(const zps_consistency_t *st, uint32_t w)
+{
+    return w < st->cfg.workers ? st->discarded[w] : 0;
 }
 
 size_t zps_consistency_pending(const zps_consistency_t *st)

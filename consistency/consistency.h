@@ -25,7 +25,10 @@
  *   mode  a push at clock t                  a pull for clock t is ready when
  *   BSP   buffered; one step when every      v >= t
  *         live worker (or W-B of them with
- *         B backups) has pushed t
+ *         B backups) has pushed t; the push
+ *         of a worker evicted after it was
+ *         buffered joins that step, but only
+ *         live workers' pushes count for it
  *   SSP   applied on arrival                 min_clock >= t - s
  *   ASP   applied on arrival                 always
  *
@@ -153,14 +156,39 @@ int zps_consistency_push(zps_consistency_t *st, uint32_t w, uint64_t t, uint64_t
 /*
  * BSP: when the pushes buffered for the current clock are enough for a step,
  * returns true with the clock and the contributing ranks in rank order
- * (ranks[] has room for W entries; *count gets how many). The step is then
- * "taken": later pushes for that clock are dropped. The caller applies it and
- * calls zps_consistency_step_done, which advances v. Returns false, writing
+ * (ranks[] has room for W entries; *count gets how many). Enough: the live
+ * workers' pushes reach the quorum (all live workers, or W-B of them with B
+ * backups; any push once no worker is live). Every push buffered for the
+ * clock contributes, including one whose worker was evicted after it was
+ * buffered: it was acknowledged, so it is kept, but it does not count
+ * towards the quorum. The step is then "taken": later pushes for that clock
+ * are dropped. The caller applies it and calls zps_consistency_step_done,
+ * which advances v, or zps_consistency_step_refused. Returns false, writing
  * nothing, when no step is due or one is already taken and not done.
  */
 bool zps_consistency_step_due(zps_consistency_t *st, uint64_t *clock, uint32_t *ranks,
                               uint32_t *count);
 void zps_consistency_step_done(zps_consistency_t *st);
+
+/*
+ * BSP: the step handed out by zps_consistency_step_due could not be taken
+ * (its result would not be finite; the caller changed no parameter). The
+ * clock still moves on, as after zps_consistency_step_done, so that the
+ * pulls for the next clock are answered (with unchanged parameters) and
+ * training is not stalled by gradients that can never be combined; each
+ * contributing push is counted as discarded for its worker
+ * (zps_consistency_discarded).
+ */
+void zps_consistency_step_refused(zps_consistency_t *st);
+
+/*
+ * SSP/ASP: the push of worker w at clock t that zps_consistency_push has
+ * just answered with APPLY could not be applied (its step would not be
+ * finite). Undoes that decision: pushed[w] is t again and v goes back, as if
+ * the push had never arrived, so the worker may push clock t again. Call it
+ * before any other event.
+ */
+void zps_consistency_push_refused(zps_consistency_t *st, uint32_t w, uint64_t t);
 
 typedef enum zps_pull_result {
     ZPS_PULL_READY,     /* answer now */
@@ -215,6 +243,7 @@ uint64_t zps_consistency_min_clock(const zps_consistency_t *st);
 uint64_t zps_consistency_pushed(const zps_consistency_t *st, uint32_t w);
 bool zps_consistency_live(const zps_consistency_t *st, uint32_t w);
 uint64_t zps_consistency_dropped(const zps_consistency_t *st, uint32_t w);
+uint64_t zps_consistency_discarded(const zps_consistency_t *st, uint32_t w);
 size_t zps_consistency_pending(const zps_consistency_t *st);
 
 /*

@@ -332,43 +332,71 @@ void zps_optimizer_free(zps_optimizer_t *opt)
  * operations is the one documented in docs/optimizers.md (the build has
  * -ffp-contract=off, so no multiply-add is fused). `l2` adds the L2 term
  * g' = g + wd * p to the gradient, `decay` applies AdamW's p = p * decay first.
+ *
+ * With `dry` a kernel stores nothing: it computes every value the step would
+ * write and returns nonzero when one of them is not finite. The arithmetic is
+ * the same inlined code, so the check and the step agree bit for bit.
  */
 
-/* p, g: [n] */
-ZPS_OPT_INLINE void zps_opt_sgd_kernel(size_t n, float *restrict p, const float *restrict g,
-                                       float lr, float wd, bool l2)
+/* Nonzero when x is Inf or NaN: a bit test, branch-free, so the loops stay vectorised. */
+ZPS_OPT_INLINE uint32_t zps_opt_nonfinite(float x)
 {
+    uint32_t b;
+    memcpy(&b, &x, sizeof(b));
+    return (uint32_t)((b & 0x7f800000u) == 0x7f800000u);
+}
+
+/* p, g: [n] */
+ZPS_OPT_INLINE uint32_t zps_opt_sgd_kernel(size_t n, float *restrict p, const float *restrict g,
+                                           float lr, float wd, bool l2, bool dry)
+{
+    uint32_t bad = 0;
     for (size_t i = 0; i < n; i++) {
         float gi = g[i];
         if (l2)
             gi = gi + wd * p[i];
-        p[i] = p[i] - lr * gi;
+        float pi = p[i] - lr * gi;
+        if (dry)
+            bad |= zps_opt_nonfinite(pi);
+        else
+            p[i] = pi;
     }
+    return bad;
 }
 
 /* p, g, b (velocity): [n] */
-ZPS_OPT_INLINE void zps_opt_momentum_kernel(size_t n, float *restrict p, const float *restrict g,
-                                            float *restrict b, float lr, float mu, float wd,
-                                            bool l2, bool nesterov)
+ZPS_OPT_INLINE uint32_t zps_opt_momentum_kernel(size_t n, float *restrict p,
+                                                const float *restrict g, float *restrict b,
+                                                float lr, float mu, float wd, bool l2,
+                                                bool nesterov, bool dry)
 {
+    uint32_t bad = 0;
     for (size_t i = 0; i < n; i++) {
         float gi = g[i];
         if (l2)
             gi = gi + wd * p[i];
         float bi = mu * b[i] + gi;
-        b[i] = bi;
+        float pi;
         if (nesterov)
-            p[i] = p[i] - lr * (gi + mu * bi);
+            pi = p[i] - lr * (gi + mu * bi);
         else
-            p[i] = p[i] - lr * bi;
+            pi = p[i] - lr * bi;
+        if (dry) {
+            bad |= zps_opt_nonfinite(bi) | zps_opt_nonfinite(pi);
+        } else {
+            b[i] = bi;
+            p[i] = pi;
+        }
     }
+    return bad;
 }
 
 /* p, g, m, v: [n] */
-ZPS_OPT_INLINE void zps_opt_adam_kernel(size_t n, float *restrict p, const float *restrict g,
-                                        float *restrict m, float *restrict v,
-                                        zps_opt_adam_scalars_t s, bool l2, bool decay)
+ZPS_OPT_INLINE uint32_t zps_opt_adam_kernel(size_t n, float *restrict p, const float *restrict g,
+                                            float *restrict m, float *restrict v,
+                                            zps_opt_adam_scalars_t s, bool l2, bool decay, bool dry)
 {
+    uint32_t bad = 0;
     for (size_t i = 0; i < n; i++) {
         float pi = p[i];
         float gi = g[i];
@@ -378,76 +406,99 @@ ZPS_OPT_INLINE void zps_opt_adam_kernel(size_t n, float *restrict p, const float
             gi = gi + s.wd * pi;
         float mi = s.b1 * m[i] + s.omb1 * gi;
         float vi = s.b2 * v[i] + s.omb2 * (gi * gi);
-        m[i] = mi;
-        v[i] = vi;
         float den = sqrtf(vi) * s.rs2 + s.eps;
-        p[i] = pi - s.step * (mi / den);
+        float pn = pi - s.step * (mi / den);
+        if (dry) {
+            bad |= zps_opt_nonfinite(mi) | zps_opt_nonfinite(vi) | zps_opt_nonfinite(pn);
+        } else {
+            m[i] = mi;
+            v[i] = vi;
+            p[i] = pn;
+        }
     }
+    return bad;
 }
 
 /* p, g, s (sum of squares): [n] */
-ZPS_OPT_INLINE void zps_opt_adagrad_kernel(size_t n, float *restrict p, const float *restrict g,
-                                           float *restrict s, float lr, float eps, float wd,
-                                           bool l2)
+ZPS_OPT_INLINE uint32_t zps_opt_adagrad_kernel(size_t n, float *restrict p, const float *restrict g,
+                                               float *restrict s, float lr, float eps, float wd,
+                                               bool l2, bool dry)
 {
+    uint32_t bad = 0;
     for (size_t i = 0; i < n; i++) {
         float gi = g[i];
         if (l2)
             gi = gi + wd * p[i];
         float si = s[i] + gi * gi;
-        s[i] = si;
-        p[i] = p[i] - lr * (gi / (sqrtf(si) + eps));
+        float pi = p[i] - lr * (gi / (sqrtf(si) + eps));
+        if (dry) {
+            bad |= zps_opt_nonfinite(si) | zps_opt_nonfinite(pi);
+        } else {
+            s[i] = si;
+            p[i] = pi;
+        }
     }
+    return bad;
 }
 
-/* One specialised, separately compiled loop per variant. */
-ZPS_OPT_LOOP static void zps_opt_sgd(size_t n, float *restrict p, const float *restrict g, float lr)
+/* One specialised, separately compiled loop per variant; `dry` as the kernels'. */
+ZPS_OPT_LOOP static uint32_t zps_opt_sgd(size_t n, float *restrict p, const float *restrict g,
+                                         float lr, bool dry)
 {
-    zps_opt_sgd_kernel(n, p, g, lr, 0.0f, false);
+    return dry ? zps_opt_sgd_kernel(n, p, g, lr, 0.0f, false, true)
+               : zps_opt_sgd_kernel(n, p, g, lr, 0.0f, false, false);
 }
 
-ZPS_OPT_LOOP static void zps_opt_sgd_l2(size_t n, float *restrict p, const float *restrict g,
-                                        float lr, float wd)
+ZPS_OPT_LOOP static uint32_t zps_opt_sgd_l2(size_t n, float *restrict p, const float *restrict g,
+                                            float lr, float wd, bool dry)
 {
-    zps_opt_sgd_kernel(n, p, g, lr, wd, true);
+    return dry ? zps_opt_sgd_kernel(n, p, g, lr, wd, true, true)
+               : zps_opt_sgd_kernel(n, p, g, lr, wd, true, false);
 }
 
-ZPS_OPT_LOOP static void zps_opt_momentum(size_t n, float *restrict p, const float *restrict g,
-                                          float *restrict b, float lr, float mu, float wd, bool l2,
-                                          bool nesterov)
+ZPS_OPT_LOOP static uint32_t zps_opt_momentum(size_t n, float *restrict p, const float *restrict g,
+                                              float *restrict b, float lr, float mu, float wd,
+                                              bool l2, bool nesterov, bool dry)
 {
-    if (nesterov) {
-        if (l2)
-            zps_opt_momentum_kernel(n, p, g, b, lr, mu, wd, true, true);
-        else
-            zps_opt_momentum_kernel(n, p, g, b, lr, mu, 0.0f, false, true);
-    } else {
-        if (l2)
-            zps_opt_momentum_kernel(n, p, g, b, lr, mu, wd, true, false);
-        else
-            zps_opt_momentum_kernel(n, p, g, b, lr, mu, 0.0f, false, false);
+    if (dry) {
+        if (nesterov)
+            return l2 ? zps_opt_momentum_kernel(n, p, g, b, lr, mu, wd, true, true, true)
+                      : zps_opt_momentum_kernel(n, p, g, b, lr, mu, 0.0f, false, true, true);
+        return l2 ? zps_opt_momentum_kernel(n, p, g, b, lr, mu, wd, true, false, true)
+                  : zps_opt_momentum_kernel(n, p, g, b, lr, mu, 0.0f, false, false, true);
     }
+    if (nesterov)
+        return l2 ? zps_opt_momentum_kernel(n, p, g, b, lr, mu, wd, true, true, false)
+                  : zps_opt_momentum_kernel(n, p, g, b, lr, mu, 0.0f, false, true, false);
+    return l2 ? zps_opt_momentum_kernel(n, p, g, b, lr, mu, wd, true, false, false)
+              : zps_opt_momentum_kernel(n, p, g, b, lr, mu, 0.0f, false, false, false);
 }
 
-ZPS_OPT_LOOP static void zps_opt_adam(size_t n, float *restrict p, const float *restrict g,
-                                      float *restrict m, float *restrict v,
-                                      zps_opt_adam_scalars_t s, bool l2, bool decay)
+ZPS_OPT_LOOP static uint32_t zps_opt_adam(size_t n, float *restrict p, const float *restrict g,
+                                          float *restrict m, float *restrict v,
+                                          zps_opt_adam_scalars_t s, bool l2, bool decay, bool dry)
 {
+    if (dry) {
+        if (decay)
+            return zps_opt_adam_kernel(n, p, g, m, v, s, false, true, true);
+        return l2 ? zps_opt_adam_kernel(n, p, g, m, v, s, true, false, true)
+                  : zps_opt_adam_kernel(n, p, g, m, v, s, false, false, true);
+    }
     if (decay)
-        zps_opt_adam_kernel(n, p, g, m, v, s, false, true);
-    else if (l2)
-        zps_opt_adam_kernel(n, p, g, m, v, s, true, false);
-    else
-        zps_opt_adam_kernel(n, p, g, m, v, s, false, false);
+        return zps_opt_adam_kernel(n, p, g, m, v, s, false, true, false);
+    return l2 ? zps_opt_adam_kernel(n, p, g, m, v, s, true, false, false)
+              : zps_opt_adam_kernel(n, p, g, m, v, s, false, false, false);
 }
 
-ZPS_OPT_LOOP static void zps_opt_adagrad(size_t n, float *restrict p, const float *restrict g,
-                                         float *restrict s, float lr, float eps, float wd, bool l2)
+ZPS_OPT_LOOP static uint32_t zps_opt_adagrad(size_t n, float *restrict p, const float *restrict g,
+                                             float *restrict s, float lr, float eps, float wd,
+                                             bool l2, bool dry)
 {
-    if (l2)
-        zps_opt_adagrad_kernel(n, p, g, s, lr, eps, wd, true);
-    else
-        zps_opt_adagrad_kernel(n, p, g, s, lr, eps, 0.0f, false);
+    if (dry)
+        return l2 ? zps_opt_adagrad_kernel(n, p, g, s, lr, eps, wd, true, true)
+                  : zps_opt_adagrad_kernel(n, p, g, s, lr, eps, 0.0f, false, true);
+    return l2 ? zps_opt_adagrad_kernel(n, p, g, s, lr, eps, wd, true, false)
+              : zps_opt_adagrad_kernel(n, p, g, s, lr, eps, 0.0f, false, false);
 }
 
 void zps_optimizer_begin(const zps_optimizer_t *opt, double lr_scale, zps_opt_step_t *st)
@@ -480,35 +531,44 @@ void zps_optimizer_begin(const zps_optimizer_t *opt, double lr_scale, zps_opt_st
     }
 }
 
-void zps_optimizer_apply(zps_optimizer_t *opt, const zps_opt_step_t *st, size_t lo, size_t len,
-                         float *restrict params, const float *restrict grad)
+/* Elements [lo, lo + len) of one step: applied, or (dry) only checked. */
+static uint32_t zps_opt_block(zps_optimizer_t *opt, const zps_opt_step_t *st, size_t lo, size_t len,
+                              float *restrict params, const float *restrict grad, bool dry)
 {
     ZPS_ASSERT(lo <= opt->n && len <= opt->n - lo);
     ZPS_ASSERT(len == 0 || (params != NULL && grad != NULL));
     const zps_opt_config_t *c = &opt->cfg;
     switch (c->kind) {
     case ZPS_OPT_SGD:
-        if (st->has_wd)
-            zps_opt_sgd_l2(len, params, grad, st->lr, st->wd);
-        else
-            zps_opt_sgd(len, params, grad, st->lr);
-        break;
+        return st->has_wd ? zps_opt_sgd_l2(len, params, grad, st->lr, st->wd, dry)
+                          : zps_opt_sgd(len, params, grad, st->lr, dry);
     case ZPS_OPT_MOMENTUM:
-        zps_opt_momentum(len, params, grad, opt->state[0] + lo, st->lr, (float)c->momentum, st->wd,
-                         st->has_wd, c->nesterov);
-        break;
+        return zps_opt_momentum(len, params, grad, opt->state[0] + lo, st->lr, (float)c->momentum,
+                                st->wd, st->has_wd, c->nesterov, dry);
     case ZPS_OPT_ADAM:
     case ZPS_OPT_ADAMW: {
         bool decoupled = c->kind == ZPS_OPT_ADAMW;
-        zps_opt_adam(len, params, grad, opt->state[0] + lo, opt->state[1] + lo, st->adam,
-                     st->has_wd && !decoupled, st->has_wd && decoupled);
-        break;
+        return zps_opt_adam(len, params, grad, opt->state[0] + lo, opt->state[1] + lo, st->adam,
+                            st->has_wd && !decoupled, st->has_wd && decoupled, dry);
     }
     case ZPS_OPT_ADAGRAD:
-        zps_opt_adagrad(len, params, grad, opt->state[0] + lo, st->lr, (float)c->eps, st->wd,
-                        st->has_wd);
-        break;
+        return zps_opt_adagrad(len, params, grad, opt->state[0] + lo, st->lr, (float)c->eps, st->wd,
+                               st->has_wd, dry);
     }
+    return 0;
+}
+
+void zps_optimizer_apply(zps_optimizer_t *opt, const zps_opt_step_t *st, size_t lo, size_t len,
+                         float *restrict params, const float *restrict grad)
+{
+    (void)zps_opt_block(opt, st, lo, len, params, grad, false);
+}
+
+bool zps_optimizer_check(const zps_optimizer_t *opt, const zps_opt_step_t *st, size_t lo,
+                         size_t len, const float *params, const float *grad)
+{
+    /* A dry block writes nothing: the casts only let it share the step's code. */
+    return zps_opt_block((zps_optimizer_t *)opt, st, lo, len, (float *)params, grad, true) == 0;
 }
 
 void zps_optimizer_end(zps_optimizer_t *opt)
@@ -516,15 +576,18 @@ void zps_optimizer_end(zps_optimizer_t *opt)
     opt->steps++;
 }
 
-void zps_optimizer_step(zps_optimizer_t *opt, float *restrict params, const float *restrict grad,
-                        double lr_scale)
+int zps_optimizer_step(zps_optimizer_t *opt, float *restrict params, const float *restrict grad,
+                       double lr_scale)
 {
     ZPS_ASSERT(opt != NULL);
     ZPS_ASSERT(opt->n == 0 || (params != NULL && grad != NULL));
     zps_opt_step_t st;
     zps_optimizer_begin(opt, lr_scale, &st);
+    if (!zps_optimizer_check(opt, &st, 0, opt->n, params, grad))
+        return ZPS_ENONFINITE;
     zps_optimizer_apply(opt, &st, 0, opt->n, params, grad);
     zps_optimizer_end(opt);
+    return 0;
 }
 
 const zps_opt_config_t *zps_optimizer_config(const zps_optimizer_t *opt)

@@ -109,14 +109,18 @@ void zps_optimizer_free(zps_optimizer_t *opt); /* NULL is a no-op */
 /*
  * Applies one step: params[n] are updated in place from grad[n] with the
  * learning rate (float)(zps_opt_lr_at(cfg, steps) * lr_scale), then the step
- * count advances. Never fails and never allocates; it runs in one pass over
- * the arrays at about memory speed, so on a large shard it belongs on a
- * worker thread, not in a loop callback. The caller has checked that grad is
- * finite; lr_scale must be finite and >= 0 (asserted). params and grad must
- * not overlap; both stay owned by the caller.
+ * count advances. Returns 0, or ZPS_ENONFINITE when the step would make a
+ * parameter or a state value Inf or NaN (an overflow of finite inputs): the
+ * step is then refused whole and nothing changes, neither the arrays nor the
+ * step count. The check is a read-only pass over the same arrays before the
+ * step's own pass (zps_optimizer_check), so a step moves the arrays' reads
+ * twice. Never allocates; on a large shard it belongs on a worker thread,
+ * not in a loop callback. The caller has checked that grad is finite;
+ * lr_scale must be finite and >= 0 (asserted). params and grad must not
+ * overlap; both stay owned by the caller.
  */
-void zps_optimizer_step(zps_optimizer_t *opt, float *restrict params, const float *restrict grad,
-                        double lr_scale);
+int zps_optimizer_step(zps_optimizer_t *opt, float *restrict params, const float *restrict grad,
+                       double lr_scale);
 
 /* Per-step scalars of Adam and AdamW, each rounded once to float32. */
 typedef struct zps_opt_adam_scalars {
@@ -152,6 +156,16 @@ void zps_optimizer_begin(const zps_optimizer_t *opt, double lr_scale, zps_opt_st
 void zps_optimizer_apply(zps_optimizer_t *opt, const zps_opt_step_t *st, size_t lo, size_t len,
                          float *restrict params, const float *restrict grad);
 void zps_optimizer_end(zps_optimizer_t *opt);
+
+/*
+ * The check of a step in pieces: true when applying elements [lo, lo + len)
+ * with the scalars in st (as zps_optimizer_apply would) leaves every
+ * parameter and state value finite. Reads only; computes with the step's own
+ * code, so its verdict is exact. A caller that must refuse a step whole
+ * checks every block before it applies the first.
+ */
+bool zps_optimizer_check(const zps_optimizer_t *opt, const zps_opt_step_t *st, size_t lo,
+                         size_t len, const float *params, const float *grad);
 
 const zps_opt_config_t *zps_optimizer_config(const zps_optimizer_t *opt);
 size_t zps_optimizer_size(const zps_optimizer_t *opt);

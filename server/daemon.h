@@ -63,9 +63,12 @@ typedef struct zps_daemon {
     uint64_t *tokens;    /* [tokens_cap] */
     size_t tokens_cap;
 
-    /* Liveness. */
+    /* Liveness, on the listening clock (zps_daemon_listening_ns). */
     uint64_t *last_seen_ns; /* [W] last message from each worker */
     uint64_t *evictions;    /* [W] */
+    uint64_t listen_ns;     /* the listening clock at the last liveness tick */
+    uint64_t tick_ns;       /* wall time (zps_now_ns) of the last liveness tick */
+    uint64_t listen_cap_ns; /* most listening time one gap between ticks may add */
 
     /* Figures for STATS (stats.c). */
     zps_counters_t count;
@@ -88,5 +91,14 @@ typedef struct zps_daemon {
  * consume the edge that announced a request.
  */
 void zps_daemon_drain(zps_daemon_t *d);
+
+/*
+ * The listening clock, in ns: wall time during which the loop could have
+ * heard from a worker. It advances with wall time, except that a gap
+ * between liveness ticks longer than their period (the process was
+ * stopped, or the machine starved it) counts for one period only. Worker
+ * silences are measured on it (server.c).
+ */
+uint64_t zps_daemon_listening_ns(const zps_daemon_t *d);
 
 #endif

@@ -253,35 +253,65 @@ void zps_handle_init(zps_daemon_t *d, zps_request_t *r)
 
 /* ---- PUSH and BSP steps ---- */
 
-void zps_handlers_take_steps(zps_daemon_t *d)
+/*
+ * Takes every BSP step that is due. A step whose result would not be finite
+ * is refused (consistency.h, zps_consistency_step_refused): the parameters
+ * stay as they are, the clock moves on, and its buffered pushes are
+ * discarded, counted and logged. Returns how many steps were refused.
+ */
+static uint32_t take_steps(zps_daemon_t *d)
 {
     uint64_t clock;
-    uint32_t k;
+    uint32_t k, refused = 0;
     while (zps_consistency_step_due(d->consistency, &clock, d->ranks, &k)) {
         for (uint32_t j = 0; j < k; j++) {
             zps_slot_t *sl = &d->slots[d->ranks[j]];
             ZPS_ASSERT(sl->full);
             d->grads[j] = zmq_msg_data(&sl->msg);
             d->batches[j] = sl->batch;
-            zps_vhist_add(&d->update_staleness, sl->update_staleness);
         }
-        /* Every worker pulls the version this step makes: its payload is
-         * copied and checksummed in the step's own pass over memory. */
-        zps_reply_buf_t *b = zps_reply_cache_reserve(&d->reply_cache, d->store.len);
-        uint32_t crc = zps_store_step_mean(&d->store, d->grads, d->batches, k, b ? b->data : NULL);
+        size_t where = 0;
+        bool ok = zps_store_check_mean(&d->store, d->grads, d->batches, k, &where) == 0;
+        zps_reply_buf_t *b = NULL;
+        uint32_t crc = 0;
+        if (ok) {
+            for (uint32_t j = 0; j < k; j++)
+                zps_vhist_add(&d->update_staleness, d->slots[d->ranks[j]].update_staleness);
+            /* Every worker pulls the version this step makes: its payload is
+             * copied and checksummed in the step's own pass over memory. */
+            b = zps_reply_cache_reserve(&d->reply_cache, d->store.len);
+            crc = zps_store_step_mean(&d->store, d->grads, d->batches, k, b ? b->data : NULL);
+        }
         for (uint32_t j = 0; j < k; j++) {
             zps_slot_t *sl = &d->slots[d->ranks[j]];
             zmq_msg_close(&sl->msg);
             sl->full = false;
         }
-        zps_consistency_step_done(d->consistency);
-        if (b)
-            zps_reply_cache_fill(&d->reply_cache, b, d->store.len,
-                                 zps_consistency_version(d->consistency), crc);
-        d->count.steps++;
-        zps_debug("step for clock %llu from %u pushes", (unsigned long long)clock, k);
+        if (ok) {
+            zps_consistency_step_done(d->consistency);
+            if (b)
+                zps_reply_cache_fill(&d->reply_cache, b, d->store.len,
+                                     zps_consistency_version(d->consistency), crc);
+            d->count.steps++;
+            zps_debug("step for clock %llu from %u pushes", (unsigned long long)clock, k);
+        } else {
+            zps_consistency_step_refused(d->consistency);
+            d->count.steps_refused++;
+            d->count.buffered_discarded += k;
+            refused++;
+            zps_warn("step for clock %llu refused: it would make a parameter or optimizer state "
+                     "non-finite from element %llu; its %u buffered pushes are discarded (STATS "
+                     "buffered_discarded) and the clock goes on with the parameters unchanged",
+                     (unsigned long long)clock, (unsigned long long)(d->store.range.lo + where), k);
+        }
         zps_ckpt_queue_maybe(d);
     }
+    return refused;
+}
+
+void zps_handlers_take_steps(zps_daemon_t *d)
+{
+    (void)take_steps(d);
 }
 
 void zps_handle_push(zps_daemon_t *d, zps_request_t *r)
@@ -320,9 +350,24 @@ void zps_handle_push(zps_daemon_t *d, zps_request_t *r)
     }
 
     zps_header_t h;
+    size_t where = 0;
     switch (dec.action) {
     case ZPS_PUSH_APPLY:
-        zps_store_apply(&d->store, grad, dec.lr_scale);
+        rc = zps_store_apply(&d->store, grad, dec.lr_scale, &where);
+        if (rc) {
+            /* Refused whole: as if the push had never arrived. */
+            zps_consistency_push_refused(d->consistency, (uint32_t)req->worker, req->clock);
+            d->count.steps_refused++;
+            zps_warn("push of worker %lld at clock %llu refused: its step would make a value "
+                     "non-finite from element %llu",
+                     (long long)req->worker, (unsigned long long)req->clock,
+                     (unsigned long long)(d->store.range.lo + where));
+            zps_reply_error(d, r, ZPS_ENONFINITE,
+                            "this step would make a parameter or optimizer state non-finite "
+                            "(from element %llu): refused, nothing changed",
+                            (unsigned long long)(d->store.range.lo + where));
+            return;
+        }
         zps_vhist_add(&d->update_staleness, dec.update_staleness);
         d->count.applied++;
         zps_ckpt_queue_maybe(d);
@@ -338,8 +383,10 @@ void zps_handle_push(zps_daemon_t *d, zps_request_t *r)
         sl->batch = req->batch;
         sl->update_staleness = dec.update_staleness;
         d->count.buffered++;
+        /* The step this push completes is taken before the reply, so that
+         * its pusher hears of a refused one: its push was not used. */
         zps_reply_header(d, r, &h);
-        h.flags |= ZPS_FLAG_BUFFERED;
+        h.flags |= take_steps(d) ? ZPS_FLAG_DROPPED : ZPS_FLAG_BUFFERED;
         break;
     }
     case ZPS_PUSH_RETRY:

@@ -76,6 +76,21 @@ bool zps_endpoint_is_local(const char *endpoint)
 /* ---- liveness ---- */
 
 /*
+ * A worker's silence is judged on time the loop could have heard from it.
+ * When the process is stopped (SIGSTOP, a debugger, a VM pause) or starved,
+ * wall time runs on while nothing can be read; the heartbeats of that time
+ * wait in the kernel and in ZeroMQ. Counting that time as silence would
+ * evict live workers the moment the process resumes, before their queued
+ * heartbeats are read. So a gap between liveness ticks counts for at most
+ * one period, and every tick reads what has arrived before judging.
+ */
+uint64_t zps_daemon_listening_ns(const zps_daemon_t *d)
+{
+    uint64_t gap = zps_now_ns() - d->tick_ns;
+    return d->listen_ns + (gap < d->listen_cap_ns ? gap : d->listen_cap_ns);
+}
+
+/*
  * Any message from a worker shows it is alive. One that had been evicted is
  * admitted again at the current clock, and every reply to this request says
  * so (ZPS_FLAG_REJOINED, with next_clock), so it can skip the clocks it
@@ -83,7 +98,7 @@ bool zps_endpoint_is_local(const char *endpoint)
  */
 static void heard_from(zps_daemon_t *d, zps_request_t *r, uint32_t w)
 {
-    d->last_seen_ns[w] = zps_now_ns();
+    d->last_seen_ns[w] = zps_daemon_listening_ns(d);
     if (zps_consistency_live(d->consistency, w))
         return;
     uint64_t at = zps_consistency_rejoin(d->consistency, w);
@@ -95,18 +110,28 @@ static void heard_from(zps_daemon_t *d, zps_request_t *r, uint32_t w)
 static void on_liveness(uv_timer_t *t)
 {
     zps_daemon_t *d = t->data;
-    uint64_t now = zps_now_ns();
+    /* Advance the listening clock: this gap counts for one period at most. */
+    uint64_t listen = zps_daemon_listening_ns(d);
+    d->tick_ns = zps_now_ns();
+    d->listen_ns = listen;
+    /* Hear everything that has arrived before judging anyone silent. When
+     * the drain's budget ran out (the idle handle will go on with it), more
+     * may be waiting: judge at the next tick instead. */
+    zps_daemon_drain(d);
+    if (d->stopping || uv_is_active((uv_handle_t *)&d->idle))
+        return;
+    listen = zps_daemon_listening_ns(d);
     uint64_t limit = d->cfg->worker_timeout_ms * 1000000ull;
     bool changed = false;
     for (uint32_t w = 0; w < d->cfg->consistency.workers; w++) {
-        if (zps_consistency_live(d->consistency, w) && now - d->last_seen_ns[w] > limit) {
+        uint64_t silent = listen > d->last_seen_ns[w] ? listen - d->last_seen_ns[w] : 0;
+        if (zps_consistency_live(d->consistency, w) && silent > limit) {
             zps_consistency_evict(d->consistency, w);
             d->evictions[w]++;
             changed = true;
             zps_warn("worker %u evicted: silent for %.1f s (--worker-timeout %.1f s); the others "
                      "go on without it",
-                     w, (double)(now - d->last_seen_ns[w]) / 1e9,
-                     (double)d->cfg->worker_timeout_ms / 1e3);
+                     w, (double)silent / 1e9, (double)d->cfg->worker_timeout_ms / 1e3);
         }
     }
     if (!changed)
@@ -383,12 +408,16 @@ int zps_server_run(const zps_server_config_t *cfg, bool *unsaved)
     uv_signal_init(&d.loop, &d.sigterm);
     d.poll.data = d.idle.data = d.liveness.data = d.sigint.data = d.sigterm.data = &d;
     uv_poll_start(&d.poll, UV_READABLE, on_poll);
-    /* A worker that never shows up counts as silent from the start. */
+    /* A worker that never shows up counts as silent from the start. The
+     * listening clock starts at wall time; without ticks it is wall time. */
+    d.listen_ns = d.tick_ns = d.started_ns;
+    d.listen_cap_ns = UINT64_MAX;
     for (uint32_t i = 0; i < w; i++)
         d.last_seen_ns[i] = d.started_ns;
     if (cfg->worker_timeout_ms > 0) {
         uint64_t every = cfg->worker_timeout_ms / 4;
         every = every < 20 ? 20 : every > 1000 ? 1000 : every;
+        d.listen_cap_ns = every * 1000000ull;
         uv_timer_start(&d.liveness, on_liveness, every, every);
     }
     uv_signal_start(&d.sigint, on_signal, SIGINT);

@@ -54,21 +54,28 @@ char *zps_stats_json(const zps_daemon_t *d)
     zps_strbuf_printf(&b, "],\"evictions\":[");
     for (uint32_t w = 0; w < cc->workers; w++)
         zps_strbuf_printf(&b, "%s%llu", w ? "," : "", (unsigned long long)d->evictions[w]);
-    uint64_t now = zps_now_ns();
+    /* Silences as liveness judges them: on the listening clock. */
+    uint64_t now = zps_daemon_listening_ns(d);
     zps_strbuf_printf(&b, "],\"silent_ms\":[");
     for (uint32_t w = 0; w < cc->workers; w++)
-        zps_strbuf_printf(&b, "%s%.1f", w ? "," : "", (double)(now - d->last_seen_ns[w]) / 1e6);
+        zps_strbuf_printf(&b, "%s%.1f", w ? "," : "",
+                          (double)(now > d->last_seen_ns[w] ? now - d->last_seen_ns[w] : 0) / 1e6);
     zps_strbuf_printf(&b, "],\"dropped_per_worker\":[");
     for (uint32_t w = 0; w < cc->workers; w++)
         zps_strbuf_printf(&b, "%s%llu", w ? "," : "",
                           (unsigned long long)zps_consistency_dropped(rules, w));
+    zps_strbuf_printf(&b, "],\"discarded_per_worker\":[");
+    for (uint32_t w = 0; w < cc->workers; w++)
+        zps_strbuf_printf(&b, "%s%llu", w ? "," : "",
+                          (unsigned long long)zps_consistency_discarded(rules, w));
     const zps_counters_t *c = &d->count;
     zps_strbuf_printf(&b,
                       "],\"pending_pulls\":%zu,\"counts\":{\"messages_in\":%llu,"
                       "\"messages_out\":%llu,\"bytes_in\":%llu,\"bytes_out\":%llu,\"inits\":%llu,"
                       "\"pulls\":%llu,\"pushes\":%llu,\"applied\":%llu,\"buffered\":%llu,"
                       "\"steps\":%llu,\"retries\":%llu,\"dropped\":%llu,\"heartbeats\":%llu,"
-                      "\"stats\":%llu,\"errors\":%llu,\"replies_dropped\":%llu},"
+                      "\"stats\":%llu,\"errors\":%llu,\"replies_dropped\":%llu,"
+                      "\"steps_refused\":%llu,\"buffered_discarded\":%llu},"
                       "\"errors_by_code\":{",
                       zps_consistency_pending(rules), (unsigned long long)c->msgs_in,
                       (unsigned long long)c->msgs_out, (unsigned long long)c->bytes_in,
@@ -78,7 +85,8 @@ char *zps_stats_json(const zps_daemon_t *d)
                       (unsigned long long)c->steps, (unsigned long long)c->retries,
                       (unsigned long long)c->dropped, (unsigned long long)c->heartbeats,
                       (unsigned long long)c->stats, (unsigned long long)c->errors,
-                      (unsigned long long)c->replies_dropped);
+                      (unsigned long long)c->replies_dropped, (unsigned long long)c->steps_refused,
+                      (unsigned long long)c->buffered_discarded);
     const char *sep = "";
     for (int i = 1; i < 32; i++) {
         if (c->errors_by_code[i]) {

@@ -22,6 +22,8 @@ typedef struct zps_counters {
     uint64_t inits, pulls, pushes, heartbeats, stats;
     uint64_t applied, buffered, retries, dropped, steps, errors, replies_dropped;
     uint64_t checkpoints, checkpoint_failures;
+    uint64_t steps_refused;      /* steps (BSP) or pushes applied on arrival refused: not finite */
+    uint64_t buffered_discarded; /* BSP: buffered pushes of refused steps */
     uint64_t errors_by_code[32]; /* by -code */
 } zps_counters_t;
 

@@ -57,9 +57,44 @@ int zps_store_set(zps_store_t *s, uint64_t total, zps_range_t range, const float
     return 0;
 }
 
-void zps_store_apply(zps_store_t *s, const float *grad, double lr_scale)
+int zps_store_apply(zps_store_t *s, const float *grad, double lr_scale, size_t *where)
 {
-    zps_optimizer_step(s->opt, s->params, grad, lr_scale);
+    zps_opt_step_t st;
+    zps_optimizer_begin(s->opt, lr_scale, &st);
+    /* Every block is checked before the first is changed: a refused step
+     * leaves the parameters, the optimizer's state and its step count alone. */
+    for (size_t lo = 0; lo < s->len; lo += ZPS_STORE_BLOCK) {
+        size_t len = s->len - lo < ZPS_STORE_BLOCK ? s->len - lo : ZPS_STORE_BLOCK;
+        if (!zps_optimizer_check(s->opt, &st, lo, len, s->params + lo, grad + lo)) {
+            if (where)
+                *where = lo;
+            return ZPS_ENONFINITE;
+        }
+    }
+    zps_optimizer_apply(s->opt, &st, 0, s->len, s->params, grad);
+    zps_optimizer_end(s->opt);
+    return 0;
+}
+
+int zps_store_check_mean(const zps_store_t *s, const float *const *grads, const uint32_t *n,
+                         size_t k, size_t *where)
+{
+    ZPS_ASSERT(k >= 1);
+    const float denom = zps_mean_denominator(n, k);
+    zps_opt_step_t st;
+    zps_optimizer_begin(s->opt, 1.0, &st);
+    for (size_t lo = 0; lo < s->len; lo += ZPS_STORE_BLOCK) {
+        size_t len = s->len - lo < ZPS_STORE_BLOCK ? s->len - lo : ZPS_STORE_BLOCK;
+        /* The mean itself may overflow (a huge gradient times a huge batch);
+         * then so does the step, which is what is checked. */
+        zps_weighted_mean_block(grads, n, k, denom, lo, len, s->scratch);
+        if (!zps_optimizer_check(s->opt, &st, lo, len, s->params + lo, s->scratch)) {
+            if (where)
+                *where = lo;
+            return ZPS_ENONFINITE;
+        }
+    }
+    return 0;
 }
 
 uint32_t zps_store_step_mean(zps_store_t *s, const float *const *grads, const uint32_t *n, size_t k,

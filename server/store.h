@@ -55,8 +55,21 @@ int zps_store_set(zps_store_t *s, uint64_t total, zps_range_t range, const float
 /*
  * One optimizer step with gradient grad[len] (any gradient: a worker's or a
  * mean), at lr_scale times the scheduled learning rate. Needs a model.
+ * Returns 0, or ZPS_ENONFINITE when the step would make a parameter or an
+ * optimizer state value non-finite: then nothing changed, and *where (when
+ * not NULL) gets the first element of the block, relative to range.lo,
+ * where it would have. The check reads the arrays once before the step.
  */
-void zps_store_apply(zps_store_t *s, const float *grad, double lr_scale);
+int zps_store_apply(zps_store_t *s, const float *grad, double lr_scale, size_t *where);
+
+/*
+ * BSP: whether zps_store_step_mean with these gradients would leave every
+ * parameter and optimizer state value finite, the mean included. Returns 0,
+ * or ZPS_ENONFINITE with *where as zps_store_apply's. Changes nothing but
+ * the scratch block; reads every array once.
+ */
+int zps_store_check_mean(const zps_store_t *s, const float *const *grads, const uint32_t *n,
+                         size_t k, size_t *where);
 
 /*
  * BSP's step: one optimizer step with the example-weighted mean of the k
@@ -64,7 +77,8 @@ void zps_store_apply(zps_store_t *s, const float *grad, double lr_scale);
  * block in one pass over memory. When `copy` is not NULL the new parameters
  * are also copied to copy[len] in that pass and their CRC32C is returned
  * (the payload of the pulls that follow); otherwise 0 is returned. Bit for
- * bit the result of zps_weighted_mean then zps_store_apply.
+ * bit the result of zps_weighted_mean then zps_store_apply. The caller has
+ * had the same step accepted by zps_store_check_mean.
  */
 uint32_t zps_store_step_mean(zps_store_t *s, const float *const *grads, const uint32_t *n, size_t k,
                              float *restrict copy);

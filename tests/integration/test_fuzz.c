@@ -104,6 +104,19 @@ static void ref_sgd(ref_t *r, const float *g)
     ref_record(r);
 }
 
+/*
+ * Whether an SGD step with g keeps every parameter finite. docs/consistency.md:
+ * a push applied on arrival whose step does not is refused, nothing changes;
+ * a BSP step that does not is refused, and the clock moves on.
+ */
+static bool ref_step_finite(const ref_t *r, const float *g)
+{
+    for (int i = 0; i < LEN; i++)
+        if (!isfinite(r->p[i] - LR * g[i]))
+            return false;
+    return true;
+}
+
 /* An accepted, non-retry push of worker w at its next clock. */
 static void ref_push(ref_t *r, uint32_t w, const float *g, uint32_t batch)
 {
@@ -126,7 +139,12 @@ static void ref_push(ref_t *r, uint32_t w, const float *g, uint32_t batch)
         mean[i] = (acc + n1 * r->slot[1][i]) / denom;
     }
     r->full[0] = r->full[1] = false;
-    ref_sgd(r, mean);
+    if (ref_step_finite(r, mean)) {
+        ref_sgd(r, mean);
+        return;
+    }
+    r->version++;
+    ref_record(r);
 }
 
 /* ---- building one request ---- */
@@ -459,6 +477,8 @@ static void decide(view_t *v, const request_t *q, const ref_t *r)
     }
     /* BSP: the push must be for the step being collected. */
     v->push_valid = h->clock == r->pushed[v->worker] && (!r->bsp || h->clock <= r->version);
+    if (v->push_valid && !r->bsp && !ref_step_finite(r, v->grad))
+        v->push_valid = false;
 }
 
 /* ---- the connection ---- */

@@ -2,7 +2,8 @@
  * test_consistency.c - the consistency rules as tables of events and expected
  * answers, for every mode, without a socket in sight.
  *
- * Each script is a list of steps: an event (push, pull, evict, rejoin, step)
+ * Each script is a list of steps: an event (push, pull, evict, rejoin, step,
+ * refused step or push)
  * and what the state machine must answer. Pull tokens are small integers;
  * after each event the script says which waiting pulls must have become
  * ready ("R" steps list tokens in order).
@@ -32,6 +33,9 @@ enum op {
     PUSHU,   /* push by worker a at clock b computed on version c; expect = action;
               * toks[0] = its update staleness, toks[1] = 1 / its lr scale */
     CKPT,    /* what a checkpoint records: version b, pushed[] of a workers in toks */
+    REFUSE,  /* as STEP, but the step cannot be taken (not finite): it is refused */
+    UNAPPLY, /* the push of worker a at clock b, just applied, is refused (not finite) */
+    DISC,    /* worker a has had b buffered pushes discarded by refused steps */
     END,
 };
 
@@ -123,7 +127,8 @@ static void run(zps_consistency_t *st, const step_t *script)
                              (unsigned long long)toks[k], s->toks[k]);
             break;
         }
-        case STEP: {
+        case STEP:
+        case REFUSE: {
             uint64_t clock;
             uint32_t ranks[16], k;
             if (!zps_consistency_step_due(st, &clock, ranks, &k))
@@ -135,9 +140,21 @@ static void run(zps_consistency_t *st, const step_t *script)
                 assert_int_equal(ranks[j], s->toks[j]);
             /* Taken but not done: no second step for the same clock. */
             assert_false(zps_consistency_step_due(st, &clock, ranks, &k));
-            zps_consistency_step_done(st);
+            if (s->op == REFUSE)
+                zps_consistency_step_refused(st);
+            else
+                zps_consistency_step_done(st);
             break;
         }
+        case UNAPPLY:
+            zps_consistency_push_refused(st, (uint32_t)s->a, s->b);
+            break;
+        case DISC:
+            if (zps_consistency_discarded(st, (uint32_t)s->a) != s->b)
+                fail_msg("%s: worker %d has %llu pushes discarded, expected %llu", where, s->a,
+                         (unsigned long long)zps_consistency_discarded(st, (uint32_t)s->a),
+                         (unsigned long long)s->b);
+            break;
         case NOSTEP: {
             uint64_t clock;
             uint32_t ranks[16], k;
@@ -437,6 +454,132 @@ static void test_bsp_evict_rejoin(void **state)
     };
     /* clang-format on */
     run(st, script);
+    zps_consistency_free(st);
+}
+
+/*
+ * A worker evicted after its push was buffered: the push was acknowledged, so
+ * it is kept and joins its clock's step, but it does not stand in for a live
+ * worker that has not pushed yet (the step waits for that one). With no live
+ * worker left, the buffered pushes make the step at once.
+ */
+static void test_bsp_evicted_buffered_push(void **state)
+{
+    (void)state;
+    zps_consistency_t *st = make(ZPS_MODE_BSP, 2, 0, 0);
+    /* clang-format off */
+    const step_t script[] = {
+        {PUSH, 0, 0, 0, BUF_, {0}},
+        {PULL, 1, 0, 1, RDY_, {0}},
+        {PULL, 0, 1, 2, Q_, {0}},
+        {EVICT, 0, 0, 0, 0, {0}},
+        {NOSTEP, 0, 0, 0, 0, {0}},   /* worker 1 is live and has not pushed */
+        {READY, 0, 0, 0, 0, {0}},
+        {PUSH, 1, 0, 0, BUF_, {0}},
+        {STEP, 0, 0, 2, 0, {0, 1}},  /* both gradients, in rank order */
+        {READY, 0, 0, 1, 0, {2}},
+        {VER, 0, 1, 1, 0, {0}},      /* min_clock over live workers: worker 1's */
+        {REJOIN, 0, 1, 0, 0, {0}},
+        {PUSH, 0, 1, 0, BUF_, {0}},
+        {EVICT, 0, 0, 0, 0, {0}},
+        {EVICT, 1, 0, 0, 0, {0}},
+        {STEP, 0, 1, 1, 0, {0}},     /* nobody live to wait for: the step is taken */
+        {DISC, 0, 0, 0, 0, {0}},
+        E,
+    };
+    /* clang-format on */
+    run(st, script);
+    zps_consistency_free(st);
+
+    /* With a backup worker: only live pushes count towards W-B. */
+    st = make(ZPS_MODE_BSP, 3, 0, 1);
+    /* clang-format off */
+    const step_t backup[] = {
+        {PUSH, 2, 0, 0, BUF_, {0}},
+        {EVICT, 2, 0, 0, 0, {0}},
+        {PUSH, 0, 0, 0, BUF_, {0}},
+        {NOSTEP, 0, 0, 0, 0, {0}},   /* quorum min(W-B, live) = 2 live pushes */
+        {PUSH, 1, 0, 0, BUF_, {0}},
+        {STEP, 0, 0, 3, 0, {0, 1, 2}},
+        E,
+    };
+    /* clang-format on */
+    run(st, backup);
+    zps_consistency_free(st);
+}
+
+/*
+ * BSP: a step whose result would not be finite is refused. The clock still
+ * moves on (pulls for the next clock are answered, pushes of the refused
+ * clock are retries), and every contributing push is counted as discarded.
+ */
+static void test_bsp_refused_step(void **state)
+{
+    (void)state;
+    zps_consistency_t *st = make(ZPS_MODE_BSP, 2, 0, 0);
+    /* clang-format off */
+    const step_t script[] = {
+        {PUSH, 0, 0, 0, BUF_, {0}},
+        {PULL, 0, 1, 1, Q_, {0}},
+        {PUSH, 1, 0, 0, BUF_, {0}},
+        {REFUSE, 0, 0, 2, 0, {0, 1}},
+        {READY, 0, 0, 1, 0, {1}},
+        {VER, 0, 1, 1, 0, {0}},
+        {DISC, 0, 1, 0, 0, {0}},
+        {DISC, 1, 1, 0, 0, {0}},
+        {PUSH, 1, 0, 0, RETRY_, {0}},
+        {PUSH, 0, 1, 0, BUF_, {0}},
+        {PUSH, 1, 1, 0, BUF_, {0}},
+        {STEP, 0, 1, 2, 0, {0, 1}},
+        {VER, 0, 2, 2, 0, {0}},
+        {DISC, 0, 1, 0, 0, {0}},
+        E,
+    };
+    /* clang-format on */
+    run(st, script);
+    zps_consistency_free(st);
+}
+
+/*
+ * SSP and ASP: a push applied on arrival whose step would not be finite is
+ * refused as if it had never arrived: the version and the worker's clock go
+ * back, waiting pulls stay waiting, and the same clock may be pushed again.
+ */
+static void test_refused_push_on_arrival(void **state)
+{
+    (void)state;
+    zps_consistency_t *st = make(ZPS_MODE_ASP, 2, 0, 0);
+    /* clang-format off */
+    const step_t asp[] = {
+        {PUSH, 0, 0, 0, APPLY_, {0}},
+        {VER, 0, 1, 0, 0, {0}},
+        {PUSH, 0, 1, 0, APPLY_, {0}},
+        {UNAPPLY, 0, 1, 0, 0, {0}},
+        {VER, 0, 1, 0, 0, {0}},
+        {PUSH, 0, 1, 0, APPLY_, {0}},  /* not a retry: it was never taken */
+        {VER, 0, 2, 0, 0, {0}},
+        E,
+    };
+    /* clang-format on */
+    run(st, asp);
+    zps_consistency_free(st);
+
+    st = make(ZPS_MODE_SSP, 2, 0, 0);
+    /* clang-format off */
+    const step_t ssp[] = {
+        {PUSH, 0, 0, 0, APPLY_, {0}},
+        {PULL, 0, 1, 1, Q_, {0}},      /* waits for worker 1's clock 0 */
+        {PUSH, 1, 0, 0, APPLY_, {0}},
+        {UNAPPLY, 1, 0, 0, 0, {0}},
+        {READY, 0, 0, 0, 0, {0}},      /* still waits */
+        {VER, 0, 1, 0, 0, {0}},
+        {PUSH, 1, 0, 0, APPLY_, {0}},
+        {READY, 0, 0, 1, 0, {1}},
+        {VER, 0, 2, 1, 0, {0}},
+        E,
+    };
+    /* clang-format on */
+    run(st, ssp);
     zps_consistency_free(st);
 }
 
@@ -826,6 +969,9 @@ int main(void)
         cmocka_unit_test(test_bsp_backup),
         cmocka_unit_test(test_bsp_backup_step_in_flight),
         cmocka_unit_test(test_bsp_evict_rejoin),
+        cmocka_unit_test(test_bsp_evicted_buffered_push),
+        cmocka_unit_test(test_bsp_refused_step),
+        cmocka_unit_test(test_refused_push_on_arrival),
         cmocka_unit_test(test_ssp_evict_rejoin),
         cmocka_unit_test(test_observer_and_init),
         cmocka_unit_test(test_observe_clock),

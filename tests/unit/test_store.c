@@ -71,7 +71,7 @@ static void test_store_set(void **state)
     assert_int_equal((uintptr_t)s.params % 64, 0);
     assert_memory_equal(s.params, v, sizeof(v));
     float g[3] = {2, 2, 2};
-    zps_store_apply(&s, g, 1.0);
+    assert_int_equal(zps_store_apply(&s, g, 1.0, NULL), 0);
     assert_true(s.params[0] == 0.0f && s.params[2] == 2.0f);
     zps_range_t outside = {8, 12};
     assert_int_equal(zps_store_set(&s, 10, outside, v, &cfg), ZPS_EINVAL);
@@ -127,10 +127,11 @@ static void test_blocked_step(void **state)
             for (int step = 0; step < 4; step++) {
                 const float *gs[3] = {g[step % 3], g[(step + 1) % 3], g[(step + 2) % 3]};
                 size_t k = 1 + (size_t)step % 3;
+                assert_int_equal(zps_store_check_mean(&blocked, gs, batches, k, NULL), 0);
                 uint32_t crc =
                     zps_store_step_mean(&blocked, gs, batches, k, step % 2 ? copy : NULL);
                 zps_weighted_mean(gs, batches, k, len, mean);
-                zps_store_apply(&plain, mean, 1.0);
+                assert_int_equal(zps_store_apply(&plain, mean, 1.0, NULL), 0);
                 assert_memory_equal(blocked.params, plain.params, len * sizeof(float));
                 if (step % 2) {
                     assert_memory_equal(copy, plain.params, len * sizeof(float));
@@ -152,6 +153,96 @@ static void test_blocked_step(void **state)
     free(init);
     free(mean);
     free(copy);
+}
+
+/*
+ * A step of finite inputs whose result would not be finite is refused whole,
+ * for every optimizer, whether it comes from one gradient (SSP/ASP) or from
+ * BSP's mean (a huge gradient times a huge batch overflows the mean): the
+ * parameters, the optimizer's state and its step count are as before, so the
+ * next good step equals that of a twin store that never saw the bad one. The
+ * bad element sits in the last block, after blocks a one-pass step would
+ * already have changed.
+ */
+static void test_refuses_nonfinite_step(void **state)
+{
+    (void)state;
+    const char *names[] = {"sgd", "momentum", "nesterov", "adam", "adamw", "adagrad"};
+    const size_t len = 3 * ZPS_STORE_BLOCK + 5, bad = 3 * ZPS_STORE_BLOCK + 2;
+    float *init = malloc(len * sizeof(float)), *g = malloc(len * sizeof(float));
+    float *huge = malloc(len * sizeof(float)), *before = malloc(len * sizeof(float));
+    float *st_before = malloc(len * sizeof(float));
+    assert_non_null(init);
+    assert_non_null(g);
+    assert_non_null(huge);
+    assert_non_null(before);
+    assert_non_null(st_before);
+    for (size_t i = 0; i < len; i++) {
+        init[i] = (float)(i % 13) * 0.25f - 1.0f;
+        g[i] = (float)(i % 7) * 0.125f - 0.375f;
+        huge[i] = g[i];
+    }
+    init[bad] = -3e38f;
+    huge[bad] = 3e38f; /* finite; with lr 1 the parameter would pass -FLT_MAX */
+    for (size_t a = 0; a < sizeof(names) / sizeof(names[0]); a++) {
+        for (int bsp = 0; bsp < 2; bsp++) {
+            zps_opt_config_t cfg;
+            zps_opt_config_default(&cfg);
+            assert_int_equal(zps_opt_parse(names[a], &cfg), 0);
+            cfg.lr = 1.0;
+            /* Decoupled decay only: an L2 term of -3e38 would overflow Adam's v on its own. */
+            cfg.weight_decay = cfg.kind == ZPS_OPT_ADAMW ? 0.01 : 0.0;
+            zps_store_t s, twin;
+            zps_store_init(&s);
+            zps_store_init(&twin);
+            zps_range_t r = {0, len};
+            assert_int_equal(zps_store_set(&s, len, r, init, &cfg), 0);
+            assert_int_equal(zps_store_set(&twin, len, r, init, &cfg), 0);
+            /* One good step first, so that the state is not all zero. */
+            assert_int_equal(zps_store_apply(&s, g, 1.0, NULL), 0);
+            assert_int_equal(zps_store_apply(&twin, g, 1.0, NULL), 0);
+            memcpy(before, s.params, len * sizeof(float));
+            float *st0 =
+                zps_optimizer_state_count(s.opt) ? zps_optimizer_state(s.opt, 0, NULL) : NULL;
+            if (st0)
+                memcpy(st_before, st0, len * sizeof(float));
+            size_t where = 0;
+            if (bsp) {
+                /* One worker, batch 2^31 - 1: n * g overflows the mean. */
+                const float *gs[1] = {g};
+                uint32_t n[1] = {2147483647u};
+                float *big = malloc(len * sizeof(float));
+                assert_non_null(big);
+                memcpy(big, g, len * sizeof(float));
+                big[bad] = 3e38f;
+                gs[0] = big;
+                assert_int_equal(zps_store_check_mean(&s, gs, n, 1, &where), ZPS_ENONFINITE);
+                free(big);
+            } else {
+                assert_int_equal(zps_store_apply(&s, huge, 1.0, &where), ZPS_ENONFINITE);
+            }
+            assert_int_equal(where, 3 * ZPS_STORE_BLOCK);
+            assert_memory_equal(s.params, before, len * sizeof(float));
+            if (st0)
+                assert_memory_equal(st0, st_before, len * sizeof(float));
+            assert_int_equal(zps_optimizer_steps(s.opt), 1);
+            /* The next good step is the twin's, bit for bit. */
+            const float *gs[1] = {g};
+            uint32_t n[1] = {3};
+            assert_int_equal(zps_store_check_mean(&s, gs, n, 1, NULL), 0);
+            zps_store_step_mean(&s, gs, n, 1, NULL);
+            assert_int_equal(zps_store_check_mean(&twin, gs, n, 1, NULL), 0);
+            zps_store_step_mean(&twin, gs, n, 1, NULL);
+            assert_memory_equal(s.params, twin.params, len * sizeof(float));
+            zps_store_fini(&s);
+            zps_store_fini(&twin);
+        }
+    }
+    free(init);
+    free(g);
+    free(huge);
+    free(before);
+    free(st_before);
 }
 
 static void test_value_histogram(void **state)
@@ -209,6 +300,7 @@ int main(void)
         cmocka_unit_test(test_value_histogram),
         cmocka_unit_test(test_time_histogram),
         cmocka_unit_test(test_blocked_step),
+        cmocka_unit_test(test_refuses_nonfinite_step),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
