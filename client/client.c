@@ -178,6 +178,15 @@ static void read_monitor(conn_t *k)
     }
 }
 
+/* An IPv6 address (tcp://[addr]:port) needs ZMQ_IPV6 on the socket that
+ * connects to it; anything else keeps ZeroMQ's IPv4 default. */
+static void allow_ipv6(void *sock, const char *endpoint)
+{
+    int one = 1;
+    if (strncmp(endpoint, "tcp://[", 7) == 0)
+        zmq_setsockopt(sock, ZMQ_IPV6, &one, sizeof(one));
+}
+
 static int open_conn(zps_client_t *c, conn_t *k)
 {
     k->sock = zmq_socket(c->ctx, ZMQ_DEALER);
@@ -185,6 +194,7 @@ static int open_conn(zps_client_t *c, conn_t *k)
         return ZPS_ESOCKET;
     int linger = 0;
     zmq_setsockopt(k->sock, ZMQ_LINGER, &linger, sizeof(linger));
+    allow_ipv6(k->sock, k->endpoint);
     open_monitor(c, k);
     if (zmq_connect(k->sock, k->endpoint) != 0) {
         set_error(c, "%s: cannot connect: %s", k->endpoint, zmq_strerror(zmq_errno()));
@@ -217,6 +227,7 @@ static void *heartbeat_main(void *arg)
             goto done;
         zmq_setsockopt(socks[i], ZMQ_LINGER, &zero, sizeof(zero));
         zmq_setsockopt(socks[i], ZMQ_IMMEDIATE, &one, sizeof(one));
+        allow_ipv6(socks[i], c->conns[i].endpoint);
         zmq_connect(socks[i], c->conns[i].endpoint);
         items[i + 1].socket = socks[i];
         items[i + 1].events = ZMQ_POLLIN;

@@ -295,6 +295,22 @@ static int write_endpoint_file(const char *path, const char *endpoint)
     return 0;
 }
 
+/*
+ * The address to bind for `listen`. ZeroMQ binds TCP to an interface name or
+ * a numeric address, never to a host name, so tcp://localhost:P (which the
+ * loopback check accepts) binds to 127.0.0.1:P: the endpoint file then holds
+ * the numeric endpoint the clients can use. Everything else is unchanged.
+ */
+static int bind_address(const char *listen, char *out, size_t size)
+{
+    int n;
+    if (strncmp(listen, "tcp://localhost:", 16) == 0)
+        n = snprintf(out, size, "tcp://127.0.0.1:%s", listen + 16);
+    else
+        n = snprintf(out, size, "%s", listen);
+    return n < 0 || (size_t)n >= size ? ZPS_EINVAL : 0;
+}
+
 static int open_socket(zps_daemon_t *d)
 {
     const zps_server_config_t *cfg = d->cfg;
@@ -309,7 +325,14 @@ static int open_socket(zps_daemon_t *d)
     zmq_setsockopt(d->sock, ZMQ_ROUTER_MANDATORY, &one, sizeof(one));
     zmq_setsockopt(d->sock, ZMQ_LINGER, &linger, sizeof(linger));
     zmq_setsockopt(d->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg));
-    if (zmq_bind(d->sock, cfg->listen) != 0) {
+    char where[sizeof(d->endpoint)];
+    if (bind_address(cfg->listen, where, sizeof(where)) != 0) {
+        zps_error("cannot listen on %s: the address is too long", cfg->listen);
+        return ZPS_ESOCKET;
+    }
+    if (strncmp(where, "tcp://[", 7) == 0)
+        zmq_setsockopt(d->sock, ZMQ_IPV6, &one, sizeof(one));
+    if (zmq_bind(d->sock, where) != 0) {
         zps_error("cannot listen on %s: %s", cfg->listen, zmq_strerror(zmq_errno()));
         return ZPS_ESOCKET;
     }

@@ -13,11 +13,12 @@ trap cleanup EXIT
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-# start_server NAME ARGS... : starts zps-server on a free port, sets $ep
+# start_server NAME ARGS... : starts zps-server on a free port (on $listen if set,
+# else tcp://127.0.0.1:*), sets $ep
 start_server() {
     local name=$1; shift
     rm -f "$dir/$name.ep"
-    "$server_bin" --listen 'tcp://127.0.0.1:*' --endpoint-file "$dir/$name.ep" "$@" \
+    "$server_bin" --listen "${listen:-tcp://127.0.0.1:*}" --endpoint-file "$dir/$name.ep" "$@" \
         2>"$dir/$name.log" &
     pids+=($!)
     for _ in $(seq 1 500); do
