@@ -216,11 +216,13 @@ static int recv_message(void *sock, int flags, bool router, bool verify, zps_mes
             return ZPS_ELENGTH;
         if (verify) {
             size_t bad;
-            if (zps_crc_scan(zmq_msg_data(&msg->payload), msg->hdr.length, &bad) !=
+            float mx;
+            if (zps_crc_scan_max(zmq_msg_data(&msg->payload), msg->hdr.length, &bad, &mx) !=
                 msg->hdr.checksum)
                 return ZPS_ECHECKSUM;
             msg->scanned = true;
             msg->first_nonfinite = bad;
+            msg->abs_max = mx;
         }
     } else if (msg->hdr.length != 0 && !msg->hdr.reply && msg->hdr.type != ZPS_MSG_PULL) {
         return ZPS_ELENGTH;
@@ -355,6 +357,47 @@ uint32_t zps_crc_scan(const float *v, size_t count, size_t *first_bad)
         size_t bad;
         if (*first_bad == count && !zps_all_finite(v + i, n, &bad))
             *first_bad = i + bad;
+    }
+    return crc;
+}
+
+/*
+ * The largest magnitude's bits (sign cleared) of v[count]. Inf and NaN have
+ * the largest bits of all, so one unsigned maximum finds both the bound and
+ * whether everything is finite; integer operations vectorise without any
+ * floating-point licence.
+ */
+ZPS_CLONES_AVX512 static uint32_t abs_max_bits(const float *v, size_t count)
+{
+    uint32_t mx = 0;
+    for (size_t i = 0; i < count; i++) {
+        uint32_t b;
+        memcpy(&b, &v[i], sizeof(b));
+        b &= 0x7fffffffu;
+        mx = b > mx ? b : mx;
+    }
+    return mx;
+}
+
+uint32_t zps_crc_scan_max(const float *v, size_t count, size_t *first_bad, float *abs_max)
+{
+    enum { BLOCK = 8192 };
+    uint32_t crc = 0, mx = 0;
+    *first_bad = count;
+    for (size_t i = 0; i < count; i += BLOCK) {
+        size_t n = count - i < BLOCK ? count - i : BLOCK;
+        crc = zps_crc32c(crc, v + i, n * sizeof(float));
+        uint32_t m = abs_max_bits(v + i, n);
+        mx = m > mx ? m : mx;
+        size_t bad;
+        /* The culprit is located only in the block that has one. */
+        if (m >= 0x7f800000u && *first_bad == count && !zps_all_finite(v + i, n, &bad))
+            *first_bad = i + bad;
+    }
+    if (mx >= 0x7f800000u) {
+        *abs_max = INFINITY;
+    } else {
+        memcpy(abs_max, &mx, sizeof(*abs_max));
     }
     return crc;
 }

@@ -99,6 +99,9 @@ typedef struct zps_message {
      * every value is finite). */
     bool scanned;
     uint64_t first_nonfinite;
+    /* Also when scanned: the largest |value| of the payload (INFINITY when
+     * one is not finite), for the optimizer's bounds (optimizer.h). */
+    float abs_max;
 } zps_message_t;
 
 /* Fills `hdr` with zeros and the current protocol version. */
@@ -195,5 +198,11 @@ bool zps_all_finite(const float *v, size_t count, size_t *first_bad);
  * block is scanned right after it is checksummed, while it is in cache.
  */
 uint32_t zps_crc_scan(const float *v, size_t count, size_t *first_bad);
+
+/*
+ * As zps_crc_scan, and in *abs_max the largest |v[i]| (0 for count 0,
+ * INFINITY when a value is not finite), found in the same pass over memory.
+ */
+uint32_t zps_crc_scan_max(const float *v, size_t count, size_t *first_bad, float *abs_max);
 
 #endif

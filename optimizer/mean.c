@@ -3,7 +3,11 @@
  */
 #include "mean.h"
 
+#include <float.h>
+#include <math.h>
+
 #include "error.h"
+#include "optimizer.h"
 #include "simd.h"
 
 float zps_mean_denominator(const uint32_t *n, size_t k)
@@ -48,4 +52,28 @@ void zps_weighted_mean(const float *const *grads, const uint32_t *n, size_t k, s
 {
     ZPS_ASSERT(k >= 1);
     zps_weighted_mean_block(grads, n, k, zps_mean_denominator(n, k), 0, len, out);
+}
+
+bool zps_mean_bound(const uint32_t *n, size_t k, double g_max, double *out)
+{
+    ZPS_ASSERT(k >= 1);
+    *out = INFINITY;
+    double denom = (double)zps_mean_denominator(n, k);
+    if (!(denom >= 1.0))
+        return false;
+    /* As bound.c's bounds: each float32 operation's result is at most
+     * |exact| * (1 + 2^-24), plus half a subnormal on underflow. */
+    const double r = 1.0 + 1e-6, a = (double)FLT_MIN;
+    double acc = 0.0;
+    for (size_t j = 0; j < k; j++) {
+        double t = (double)(float)n[j] * g_max * r + a;
+        acc = j == 0 ? t : (acc + t) * r + a;
+        if (!(t <= ZPS_OPT_SAFE && acc <= ZPS_OPT_SAFE))
+            return false;
+    }
+    double mean = acc / denom * r + a;
+    if (!(mean <= ZPS_OPT_SAFE))
+        return false;
+    *out = mean;
+    return true;
 }

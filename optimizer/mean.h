@@ -15,6 +15,7 @@
 #ifndef ZPS_MEAN_H
 #define ZPS_MEAN_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -46,5 +47,15 @@ void zps_weighted_mean_block(const float *const *grads, const uint32_t *n, size_
 /* The whole mean: grads: k pointers to [len] floats; out: [len]. */
 void zps_weighted_mean(const float *const *grads, const uint32_t *n, size_t k, size_t len,
                        float *restrict out);
+
+/*
+ * An upper bound on |mean| of k >= 1 gradients with g_max >= max|g_j[i]| over
+ * every gradient j and element i,
+ * float32 rounding included, in *out. Returns true when it and every
+ * partial sum the mean computes (acc above) are at most ZPS_OPT_SAFE
+ * (optimizer.h), so that the mean is finite; false otherwise (*out then
+ * INFINITY). Pure; any thread.
+ */
+bool zps_mean_bound(const uint32_t *n, size_t k, double g_max, double *out);
 
 #endif

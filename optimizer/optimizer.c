@@ -51,8 +51,6 @@
 #define ZPS_OPT_LOOP ZPS_CLONES_AVX2
 #endif
 
-#define ZPS_OPT_MAX_STATE 2
-
 struct zps_optimizer {
     zps_opt_config_t cfg;
     size_t n;       /* parameters in the shard */

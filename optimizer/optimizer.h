@@ -167,6 +167,71 @@ void zps_optimizer_end(zps_optimizer_t *opt);
 bool zps_optimizer_check(const zps_optimizer_t *opt, const zps_opt_step_t *st, size_t lo,
                          size_t len, const float *params, const float *grad);
 
+/*
+ * Skipping the check when it cannot fail. A step's check reads every array
+ * once more than the step itself; on a large shard that halves its speed.
+ * The bounds below let a caller that knows upper bounds on the magnitudes of
+ * its arrays and of the gradient prove, with a few scalar operations, that a
+ * step cannot overflow, and take the check only when the proof fails.
+ *
+ * zps_opt_bounds_t holds upper bounds on max|x| over each array: the
+ * parameters and each state array (in zps_optimizer_state's order). A value
+ * of INFINITY means "unknown"; every bound here is an upper bound on the
+ * float32 values themselves, rounding included.
+ */
+#define ZPS_OPT_MAX_STATE 2
+
+/* Every bound, intermediate or final, at or below this proves a step finite:
+ * well under FLT_MAX (about 3.4e38), though the bounds already include the
+ * float32 rounding of each operation. */
+#define ZPS_OPT_SAFE 1e37
+
+typedef struct zps_opt_bounds {
+    double p;                        /* max |params[i]| */
+    double state[ZPS_OPT_MAX_STATE]; /* max |state k [i]| */
+} zps_opt_bounds_t;
+
+/*
+ * The bounds after the step st (from zps_optimizer_begin) given bounds `in`
+ * before it and g_max >= max|grad[i]| (INFINITY when unknown), in *out.
+ * Returns true when every value the step computes, intermediate or stored,
+ * is bounded by ZPS_OPT_SAFE: the step then cannot make anything non-finite
+ * and its check can be skipped. On false, *out is still written but may be
+ * INFINITY or NaN; the caller then checks the step exactly and measures the
+ * arrays afresh (zps_optimizer_measure) if it is taken. Pure; any thread.
+ */
+bool zps_optimizer_bound(const zps_optimizer_t *opt, const zps_opt_step_t *st,
+                         const zps_opt_bounds_t *in, double g_max, zps_opt_bounds_t *out);
+
+/*
+ * The exact maxima of |params[i]| (params: [n]) and of each state array, in
+ * one read pass. A non-finite value, or a negative one in an array that must
+ * stay >= 0 (Adam's v, AdaGrad's sum_sq, whose square roots are taken),
+ * gives INFINITY, so that no bound is ever proven from it. Any thread, as
+ * long as nothing writes the arrays meanwhile.
+ */
+void zps_optimizer_measure(const zps_optimizer_t *opt, const float *params, zps_opt_bounds_t *out);
+
+/*
+ * max|v[i]| over v[n] (0 for n == 0), or INFINITY when a value is Inf or NaN.
+ * One branch-free read pass.
+ */
+float zps_abs_max(const float *v, size_t n);
+
+/*
+ * As zps_optimizer_step, with the bounds the caller keeps for these arrays
+ * (*bounds: the params given and this optimizer's state; set them with
+ * zps_optimizer_measure before the first step) and g_max >= max|grad[i]|
+ * (INFINITY when unknown). When zps_optimizer_bound proves the step finite
+ * it is taken in one pass; otherwise it is checked first, exactly as
+ * zps_optimizer_step does, and if taken the arrays are measured afresh.
+ * Same results, bit for bit, as zps_optimizer_step; *bounds is updated
+ * when the step is taken, untouched when it is refused (ZPS_ENONFINITE).
+ */
+int zps_optimizer_step_bounded(zps_optimizer_t *opt, float *restrict params,
+                               const float *restrict grad, double lr_scale, double g_max,
+                               zps_opt_bounds_t *bounds);
+
 const zps_opt_config_t *zps_optimizer_config(const zps_optimizer_t *opt);
 size_t zps_optimizer_size(const zps_optimizer_t *opt);
 uint64_t zps_optimizer_steps(const zps_optimizer_t *opt);

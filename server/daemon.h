@@ -33,6 +33,7 @@ typedef struct zps_slot {
     bool full;
     zmq_msg_t msg;
     uint32_t batch;
+    float abs_max;             /* max|g[i]| of the push, or INFINITY (zps_message_t) */
     uint64_t update_staleness; /* what its step will record (the consistency decision's) */
 } zps_slot_t;
 

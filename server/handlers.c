@@ -3,6 +3,7 @@
  */
 #include "handlers.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -264,14 +265,18 @@ static uint32_t take_steps(zps_daemon_t *d)
     uint64_t clock;
     uint32_t k, refused = 0;
     while (zps_consistency_step_due(d->consistency, &clock, d->ranks, &k)) {
+        /* The largest |g| of all k pushes: the store's bound on the mean. */
+        double g_max = 0.0;
         for (uint32_t j = 0; j < k; j++) {
             zps_slot_t *sl = &d->slots[d->ranks[j]];
             ZPS_ASSERT(sl->full);
             d->grads[j] = zmq_msg_data(&sl->msg);
             d->batches[j] = sl->batch;
+            g_max = !(sl->abs_max <= g_max) ? (double)sl->abs_max : g_max;
         }
         size_t where = 0;
-        bool ok = zps_store_check_mean(&d->store, d->grads, d->batches, k, &where) == 0;
+        bool ok =
+            zps_store_check_mean_bounded(&d->store, d->grads, d->batches, k, g_max, &where) == 0;
         zps_reply_buf_t *b = NULL;
         uint32_t crc = 0;
         if (ok) {
@@ -280,7 +285,8 @@ static uint32_t take_steps(zps_daemon_t *d)
             /* Every worker pulls the version this step makes: its payload is
              * copied and checksummed in the step's own pass over memory. */
             b = zps_reply_cache_reserve(&d->reply_cache, d->store.len);
-            crc = zps_store_step_mean(&d->store, d->grads, d->batches, k, b ? b->data : NULL);
+            crc = zps_store_step_mean_bounded(&d->store, d->grads, d->batches, k, g_max,
+                                              b ? b->data : NULL);
         }
         for (uint32_t j = 0; j < k; j++) {
             zps_slot_t *sl = &d->slots[d->ranks[j]];
@@ -340,6 +346,8 @@ void zps_handle_push(zps_daemon_t *d, zps_request_t *r)
     const float *grad = zps_message_floats(r->msg);
     if (!check_finite(d, r))
         return;
+    /* max|g|, found by the receive scan; unknown without it (exact check). */
+    float g_max = r->msg->scanned ? r->msg->abs_max : INFINITY;
 
     zps_push_decision_t dec;
     rc = zps_consistency_push(d->consistency, (uint32_t)req->worker, req->clock, req->model_version,
@@ -353,7 +361,7 @@ void zps_handle_push(zps_daemon_t *d, zps_request_t *r)
     size_t where = 0;
     switch (dec.action) {
     case ZPS_PUSH_APPLY:
-        rc = zps_store_apply(&d->store, grad, dec.lr_scale, &where);
+        rc = zps_store_apply_bounded(&d->store, grad, g_max, dec.lr_scale, &where);
         if (rc) {
             /* Refused whole: as if the push had never arrived. */
             zps_consistency_push_refused(d->consistency, (uint32_t)req->worker, req->clock);
@@ -381,6 +389,7 @@ void zps_handle_push(zps_daemon_t *d, zps_request_t *r)
         zmq_msg_move(&sl->msg, &r->msg->payload);
         sl->full = true;
         sl->batch = req->batch;
+        sl->abs_max = g_max;
         sl->update_staleness = dec.update_staleness;
         d->count.buffered++;
         /* The step this push completes is taken before the reply, so that

@@ -3,6 +3,7 @@
  */
 #include "store.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,16 +55,65 @@ int zps_store_set(zps_store_t *s, uint64_t total, zps_range_t range, const float
     s->params = params;
     s->scratch = scratch;
     s->opt = opt;
+    /* Measured at the first step: a resumed shard writes its optimizer's
+     * state between here and then. */
+    s->bounds_known = false;
     return 0;
+}
+
+/* The store's bounds, measured (one read pass) when not known. */
+static const zps_opt_bounds_t *known_bounds(zps_store_t *s)
+{
+    if (!s->bounds_known) {
+        zps_optimizer_measure(s->opt, s->params, &s->bounds);
+        s->bounds_known = true;
+    }
+    return &s->bounds;
+}
+
+/* Whether the bounds prove the step st with gradient bound g_max finite;
+ * *next gets the bounds after it. */
+static bool step_proven(zps_store_t *s, const zps_opt_step_t *st, double g_max,
+                        zps_opt_bounds_t *next)
+{
+    /* Without a gradient bound nothing can be proven: no measuring then. */
+    if (!(g_max <= ZPS_OPT_SAFE))
+        return false;
+    return zps_optimizer_bound(s->opt, st, known_bounds(s), g_max, next);
+}
+
+/* After a step taken: the bounds carried forward, or measured again at the
+ * next step when the step was taken on the exact check. */
+static void step_taken(zps_store_t *s, bool proven, const zps_opt_bounds_t *next)
+{
+    if (proven)
+        s->bounds = *next;
+    s->bounds_known = proven;
+}
+
+/* g_max: the mean's bound, or INFINITY when that cannot be proven finite. */
+static double mean_max(const uint32_t *n, size_t k, double g_max)
+{
+    double m;
+    return zps_mean_bound(n, k, g_max, &m) ? m : INFINITY;
 }
 
 int zps_store_apply(zps_store_t *s, const float *grad, double lr_scale, size_t *where)
 {
+    return zps_store_apply_bounded(s, grad, INFINITY, lr_scale, where);
+}
+
+int zps_store_apply_bounded(zps_store_t *s, const float *grad, double g_max, double lr_scale,
+                            size_t *where)
+{
     zps_opt_step_t st;
     zps_optimizer_begin(s->opt, lr_scale, &st);
-    /* Every block is checked before the first is changed: a refused step
-     * leaves the parameters, the optimizer's state and its step count alone. */
-    for (size_t lo = 0; lo < s->len; lo += ZPS_STORE_BLOCK) {
+    zps_opt_bounds_t next = {0};
+    bool proven = step_proven(s, &st, g_max, &next);
+    /* Unless the bounds prove it finite, every block is checked before the
+     * first is changed: a refused step leaves the parameters, the
+     * optimizer's state and its step count alone. */
+    for (size_t lo = 0; !proven && lo < s->len; lo += ZPS_STORE_BLOCK) {
         size_t len = s->len - lo < ZPS_STORE_BLOCK ? s->len - lo : ZPS_STORE_BLOCK;
         if (!zps_optimizer_check(s->opt, &st, lo, len, s->params + lo, grad + lo)) {
             if (where)
@@ -73,6 +123,7 @@ int zps_store_apply(zps_store_t *s, const float *grad, double lr_scale, size_t *
     }
     zps_optimizer_apply(s->opt, &st, 0, s->len, s->params, grad);
     zps_optimizer_end(s->opt);
+    step_taken(s, proven, &next);
     return 0;
 }
 
@@ -97,13 +148,35 @@ int zps_store_check_mean(const zps_store_t *s, const float *const *grads, const 
     return 0;
 }
 
+int zps_store_check_mean_bounded(zps_store_t *s, const float *const *grads, const uint32_t *n,
+                                 size_t k, double g_max, size_t *where)
+{
+    ZPS_ASSERT(k >= 1);
+    zps_opt_step_t st;
+    zps_optimizer_begin(s->opt, 1.0, &st);
+    zps_opt_bounds_t next = {0};
+    if (step_proven(s, &st, mean_max(n, k, g_max), &next))
+        return 0;
+    return zps_store_check_mean(s, grads, n, k, where);
+}
+
 uint32_t zps_store_step_mean(zps_store_t *s, const float *const *grads, const uint32_t *n, size_t k,
                              float *restrict copy)
+{
+    return zps_store_step_mean_bounded(s, grads, n, k, INFINITY, copy);
+}
+
+uint32_t zps_store_step_mean_bounded(zps_store_t *s, const float *const *grads, const uint32_t *n,
+                                     size_t k, double g_max, float *restrict copy)
 {
     ZPS_ASSERT(k >= 1);
     const float denom = zps_mean_denominator(n, k);
     zps_opt_step_t st;
     zps_optimizer_begin(s->opt, 1.0, &st);
+    /* With no gradient bounds the store's are simply dropped (measured again
+     * at the next step), not measured here for nothing. */
+    zps_opt_bounds_t next = {0};
+    bool proven = step_proven(s, &st, mean_max(n, k, g_max), &next);
     uint32_t crc = 0;
     for (size_t lo = 0; lo < s->len; lo += ZPS_STORE_BLOCK) {
         size_t len = s->len - lo < ZPS_STORE_BLOCK ? s->len - lo : ZPS_STORE_BLOCK;
@@ -113,5 +186,6 @@ uint32_t zps_store_step_mean(zps_store_t *s, const float *const *grads, const ui
             crc = zps_crc32c_copy(crc, copy + lo, s->params + lo, len * sizeof(float));
     }
     zps_optimizer_end(s->opt);
+    step_taken(s, proven, &next);
     return crc;
 }

@@ -37,6 +37,12 @@ typedef struct zps_store {
     float *params;     /* [len] */
     float *scratch;    /* [ZPS_STORE_BLOCK] one block of a BSP step's mean */
     zps_optimizer_t *opt;
+    /* Upper bounds on max|x| of the parameters and each optimizer state
+     * array (optimizer.h, zps_optimizer_bound), measured before the first
+     * step after zps_store_set (a checkpoint's state is written in between)
+     * and carried forward by every step taken. */
+    zps_opt_bounds_t bounds;
+    bool bounds_known;
 } zps_store_t;
 
 /* An empty store (no model, params NULL). */
@@ -63,6 +69,18 @@ int zps_store_set(zps_store_t *s, uint64_t total, zps_range_t range, const float
 int zps_store_apply(zps_store_t *s, const float *grad, double lr_scale, size_t *where);
 
 /*
+ * As zps_store_apply, given g_max >= max|grad[i]| (INFINITY when unknown;
+ * the server has it from the payload's receive scan, zps_message_t's
+ * abs_max). When the store's bounds prove the step finite
+ * (zps_optimizer_bound) the check's read pass is skipped; otherwise the step
+ * is checked exactly, and if taken the arrays are measured afresh. Same
+ * result and errors as zps_store_apply. zps_store_apply is this with g_max
+ * INFINITY.
+ */
+int zps_store_apply_bounded(zps_store_t *s, const float *grad, double g_max, double lr_scale,
+                            size_t *where);
+
+/*
  * BSP: whether zps_store_step_mean with these gradients would leave every
  * parameter and optimizer state value finite, the mean included. Returns 0,
  * or ZPS_ENONFINITE with *where as zps_store_apply's. Changes nothing but
@@ -82,5 +100,19 @@ int zps_store_check_mean(const zps_store_t *s, const float *const *grads, const 
  */
 uint32_t zps_store_step_mean(zps_store_t *s, const float *const *grads, const uint32_t *n, size_t k,
                              float *restrict copy);
+
+/*
+ * The same pair with g_max >= max|grads[j][i]| over every gradient j and
+ * element i (INFINITY when unknown). zps_store_check_mean_bounded returns 0 at once when the
+ * store's bounds prove the step finite, the mean's float32 sum and division included; otherwise it
+ * is zps_store_check_mean (and it may measure the store's arrays once, after zps_store_set).
+ * zps_store_step_mean_bounded carries the bounds forward, or measures the arrays after the step
+ * when they cannot be. The caller has had the same step accepted by zps_store_check_mean_bounded or
+ * zps_store_check_mean.
+ */
+int zps_store_check_mean_bounded(zps_store_t *s, const float *const *grads, const uint32_t *n,
+                                 size_t k, double g_max, size_t *where);
+uint32_t zps_store_step_mean_bounded(zps_store_t *s, const float *const *grads, const uint32_t *n,
+                                     size_t k, double g_max, float *restrict copy);
 
 #endif
