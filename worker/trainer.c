@@ -551,6 +551,7 @@ static int run_local(trainer_t *T)
              (unsigned long long)T->clocks, zps_opt_name(&cfg->opt), cfg->opt.lr);
 
     T->loop_ns = zps_now_ns();
+    uint64_t refused = 0;
     for (uint64_t t = 0; t < T->clocks; t++) {
         if (eval_due(T, t) && (rc = evaluate(T, t, false, NULL)) != 0)
             goto done;
@@ -560,7 +561,17 @@ static int run_local(trainer_t *T)
             goto done;
         inject_delay(T, t, ms_since(t0), &r);
         uint64_t t1 = zps_now_ns();
-        zps_optimizer_step(opt, params, mean, 1.0);
+        /* As a BSP shard does: a step that would make a parameter or the
+         * optimizer's state non-finite is refused whole, and the clock moves
+         * on with the parameters as they were (docs/consistency.md). */
+        if (zps_optimizer_step(opt, params, mean, 1.0) == ZPS_ENONFINITE) {
+            refused++;
+            r.dropped = true;
+            if ((refused & (refused - 1)) == 0) /* the 1st, 2nd, 4th, ... */
+                zps_warn("clock %llu: the step would make a parameter or the optimizer's state "
+                         "non-finite: refused, parameters unchanged (%llu refused so far)",
+                         (unsigned long long)t, (unsigned long long)refused);
+        }
         r.update_ms += ms_since(t1);
         r.version = t;
         r.step_ms = ms_since(t0);
