@@ -686,6 +686,11 @@ static void on_child_exit(uv_process_t *p, int64_t exit_status, int term_signal)
         else if (L->phase != PH_SHUTDOWN)
             abort_run(L, "failed", c, "%s (pid %d) %s while the workers were training", c->name,
                       c->pid, how);
+        else if (!clean && !c->killed && exit_status == 3 && term_signal == 0)
+            say(L,
+                "%s (pid %d) exited with status 3 while shutting down: it could not save its "
+                "state to its --checkpoint-dir (its log says why)",
+                c->name, c->pid);
         else if (!clean && !c->killed)
             say(L, "%s (pid %d) %s while shutting down", c->name, c->pid, how);
     } else if (!clean && !(c->stopped_by_us && L->training_done)) {
