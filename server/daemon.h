@@ -81,7 +81,8 @@ typedef struct zps_daemon {
     uint64_t errors_logged;
     uint64_t error_log_window;
 
-    zps_reply_cache_t reply_cache;
+    zps_reply_cache_t reply_cache;    /* pull payloads for workers */
+    zps_reply_cache_t observer_cache; /* pull payloads for observers (worker -1) */
     zps_ckpt_queue_t ckpts;
 } zps_daemon_t;
 

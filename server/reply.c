@@ -32,9 +32,20 @@ void zps_reply_send(zps_daemon_t *d, const zps_request_t *r, zps_header_t *h)
     h->version = ZPS_PROTOCOL_VERSION;
     int rc;
     if (zps_wire_wants_payload(h)) {
+        /* Observers have a cache of their own: replies they leave unread
+         * cannot hold the copies the workers' pulls need. */
+        zps_reply_cache_t *cache = h->worker < 0 ? &d->observer_cache : &d->reply_cache;
         zmq_msg_t m;
-        if (zps_reply_cache_get(&d->reply_cache, d->store.params, d->store.len,
-                                zps_consistency_version(d->consistency), &m, &h->checksum) != 0) {
+        int got = zps_reply_cache_get(cache, d->store.params, d->store.len,
+                                      zps_consistency_version(d->consistency), &m, &h->checksum);
+        if (got == ZPS_EBUSY) {
+            zps_reply_error(d, r, ZPS_EBUSY,
+                            "%zu copies of the parameters are still queued for replies not yet "
+                            "read; pull again later",
+                            cache->max_copies);
+            return;
+        }
+        if (got != 0) {
             zps_error("out of memory for a %zu-element reply", d->store.len);
             return;
         }

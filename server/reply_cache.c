@@ -16,11 +16,21 @@ static void reply_buf_released(void *data, void *hint)
     atomic_store_explicit(&((zps_reply_buf_t *)hint)->busy, false, memory_order_release);
 }
 
-void zps_reply_cache_init(zps_reply_cache_t *c)
+/* ZeroMQ's free function for a fresh copy: called from its I/O thread. */
+static void fresh_released(void *data, void *hint)
+{
+    free(data);
+    atomic_fetch_sub_explicit(&((zps_reply_cache_t *)hint)->fresh, 1, memory_order_release);
+}
+
+void zps_reply_cache_init(zps_reply_cache_t *c, size_t pool, size_t max_copies)
 {
     memset(c, 0, sizeof(*c));
     for (int i = 0; i < ZPS_REPLY_POOL; i++)
         atomic_init(&c->pool[i].busy, false);
+    atomic_init(&c->fresh, 0);
+    c->pool_size = pool < ZPS_REPLY_POOL ? pool : ZPS_REPLY_POOL;
+    c->max_copies = max_copies > c->pool_size ? max_copies : c->pool_size;
 }
 
 void zps_reply_cache_drop(zps_reply_cache_t *c)
@@ -42,7 +52,7 @@ void zps_reply_cache_fini(zps_reply_cache_t *c)
 /* A free pooled buffer of n floats, marked busy, or NULL when all are in flight. */
 static zps_reply_buf_t *buf_take(zps_reply_cache_t *c, size_t n)
 {
-    for (int i = 0; i < ZPS_REPLY_POOL && n > 0; i++) {
+    for (size_t i = 0; i < c->pool_size && n > 0; i++) {
         zps_reply_buf_t *b = &c->pool[i];
         if (atomic_load_explicit(&b->busy, memory_order_acquire))
             continue;
@@ -68,6 +78,26 @@ static int buf_msg(zps_reply_buf_t *b, size_t len, zmq_msg_t *msg)
     return ZPS_ENOMEM;
 }
 
+/* A fresh copy of n floats outside the pool, counted in c->fresh; ZPS_EBUSY at max_copies. */
+static int fresh_msg(zps_reply_cache_t *c, size_t n, zmq_msg_t *msg)
+{
+    if (n == 0) /* an empty shard: nothing to hold */
+        return zmq_msg_init_size(msg, 0) == 0 ? 0 : ZPS_ENOMEM;
+    /* Only this thread adds copies; the I/O thread only removes them. */
+    if (c->pool_size + atomic_load_explicit(&c->fresh, memory_order_acquire) >= c->max_copies)
+        return ZPS_EBUSY;
+    void *data = malloc(n * sizeof(float));
+    if (!data)
+        return ZPS_ENOMEM;
+    atomic_fetch_add(&c->fresh, 1);
+    if (zmq_msg_init_data(msg, data, n * sizeof(float), fresh_released, c) != 0) {
+        free(data);
+        atomic_fetch_sub(&c->fresh, 1);
+        return ZPS_ENOMEM;
+    }
+    return 0;
+}
+
 /* Makes msg the cached payload of `version` with checksum crc; consumes msg. */
 static void install(zps_reply_cache_t *c, zmq_msg_t *msg, uint64_t version, uint32_t crc)
 {
@@ -91,9 +121,14 @@ int zps_reply_cache_get(zps_reply_cache_t *c, const float *params, size_t len, u
         if (b) {
             if (buf_msg(b, len, &fresh) != 0)
                 return ZPS_ENOMEM;
-        } else if (zmq_msg_init_size(&fresh, len * sizeof(float)) != 0) {
-            /* (No pooled buffer: all are still on their way out to slow readers.) */
-            return ZPS_ENOMEM;
+        } else {
+            /* Every pooled buffer is still on its way out to slow readers. A
+             * fresh copy is made while the copies alive stay within
+             * max_copies; beyond that, readers that fall behind would hold
+             * memory without bound: refuse. */
+            int rc = fresh_msg(c, len, &fresh);
+            if (rc)
+                return rc;
         }
         install(c, &fresh, version,
                 zps_crc32c_copy(0, zmq_msg_data(&fresh), params, len * sizeof(float)));

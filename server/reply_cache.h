@@ -11,6 +11,15 @@
  * is then reused for a later version instead of allocating (and faulting
  * in) a shard-sized block for each one.
  *
+ * The copies alive at once are bounded. A peer that never reads its replies
+ * keeps the copies they carry alive (ZeroMQ queues up to its high-water mark
+ * per peer, server.c), and under ASP every push makes a new version: when the
+ * pool is all in flight a new version gets a fresh copy, but only up to the
+ * cache's max_copies in all; beyond that a pull of a new version is refused
+ * (ZPS_EBUSY) instead of allocating. The server keeps two caches, one for
+ * workers and one for observers, so observers that do not read cannot take
+ * the workers' copies (reply.c).
+ *
  * Not here: sending the replies (reply.c), the parameters themselves
  * (store.h), when a version changes (consistency/). Every function runs on
  * the loop's thread, except the release callback ZeroMQ calls internally.
@@ -24,7 +33,17 @@
 #include <stdint.h>
 #include <zmq.h>
 
-#define ZPS_REPLY_POOL 4
+#define ZPS_REPLY_POOL 4 /* most pooled buffers of a cache */
+
+/*
+ * The two caches' bounds, in copies of the shard's parameters. Workers: a
+ * pool of ZPS_REPLY_POOL and at most W + ZPS_REPLY_POOL copies (W workers
+ * that read their replies have at most one in flight each, plus the cached
+ * one). Observers: a pool of ZPS_REPLY_OBSERVER_POOL and at most
+ * ZPS_REPLY_OBSERVER_COPIES copies.
+ */
+#define ZPS_REPLY_OBSERVER_POOL 2
+#define ZPS_REPLY_OBSERVER_COPIES 4
 
 /* One pooled buffer; busy while a message built on it may still be sent. */
 typedef struct zps_reply_buf {
@@ -35,14 +54,21 @@ typedef struct zps_reply_buf {
 
 typedef struct zps_reply_cache {
     zps_reply_buf_t pool[ZPS_REPLY_POOL];
-    zmq_msg_t msg; /* the cached payload, when `cached` */
+    size_t pool_size;    /* pooled buffers used, <= ZPS_REPLY_POOL */
+    size_t max_copies;   /* copies alive at once, pooled and fresh, >= pool_size */
+    atomic_size_t fresh; /* fresh copies alive (outside the pool) */
+    zmq_msg_t msg;       /* the cached payload, when `cached` */
     bool cached;
     uint64_t version; /* of the cached payload */
     uint32_t crc;     /* its CRC32C */
 } zps_reply_cache_t;
 
-/* An empty cache with an empty pool. */
-void zps_reply_cache_init(zps_reply_cache_t *c);
+/*
+ * An empty cache that keeps up to `pool` reusable buffers (at most
+ * ZPS_REPLY_POOL) and lets at most max_copies (>= pool) copies of the
+ * parameters exist at once. Nothing is allocated until a pull needs it.
+ */
+void zps_reply_cache_init(zps_reply_cache_t *c, size_t pool, size_t max_copies);
 
 /*
  * Drops the cached payload (the cache's reference to it); its buffer returns
@@ -60,7 +86,9 @@ void zps_reply_cache_fini(zps_reply_cache_t *c);
  * The pull payload of `version`: params[len] (float32), copied and
  * checksummed unless the cache holds that version already. On success *m is
  * a new message referring to the shared copy (the caller sends or closes
- * it) and *crc its CRC32C; returns 0 or ZPS_ENOMEM (*m not initialised).
+ * it) and *crc its CRC32C; returns 0, ZPS_EBUSY when a new copy is needed
+ * and max_copies are alive (all still queued for peers), or ZPS_ENOMEM (*m
+ * not initialised on failure).
  */
 int zps_reply_cache_get(zps_reply_cache_t *c, const float *params, size_t len, uint64_t version,
                         zmq_msg_t *m, uint32_t *crc);

@@ -38,6 +38,16 @@
 /* Messages handled per wake-up before yielding to timers and signals. */
 #define DRAIN_BUDGET 256
 
+/*
+ * Replies queued per peer (ZMQ_SNDHWM), stated rather than left to ZeroMQ's
+ * default. Not lower: one drain may send DRAIN_BUDGET replies to one peer
+ * before ZeroMQ's I/O thread takes any, and a client that sends a burst of
+ * requests must get every reply. The queue holds headers and references;
+ * the copies of the parameters pull replies carry are bounded apart from it
+ * (reply_cache.h).
+ */
+#define ZPS_MAX_QUEUED_REPLIES 1000
+
 void zps_server_config_default(zps_server_config_t *cfg)
 {
     memset(cfg, 0, sizeof(*cfg));
@@ -320,9 +330,12 @@ static int open_socket(zps_daemon_t *d)
     d->sock = zmq_socket(d->ctx, ZMQ_ROUTER);
     if (!d->sock)
         return ZPS_ESOCKET;
-    int one = 1, linger = 1000;
+    int one = 1, linger = 1000, hwm = ZPS_MAX_QUEUED_REPLIES;
     int64_t maxmsg = (int64_t)cfg->max_message_bytes;
     zmq_setsockopt(d->sock, ZMQ_ROUTER_MANDATORY, &one, sizeof(one));
+    /* With ROUTER_MANDATORY a reply beyond the peer's queue fails at once
+     * and is dropped and counted (reply.c). */
+    zmq_setsockopt(d->sock, ZMQ_SNDHWM, &hwm, sizeof(hwm));
     zmq_setsockopt(d->sock, ZMQ_LINGER, &linger, sizeof(linger));
     zmq_setsockopt(d->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg));
     char where[sizeof(d->endpoint)];
@@ -358,6 +371,7 @@ static void release(zps_daemon_t *d)
     free(d->tokens);
     zps_ckpt_queue_fini(&d->ckpts);
     zps_reply_cache_drop(&d->reply_cache);
+    zps_reply_cache_drop(&d->observer_cache);
     zps_consistency_free(d->consistency);
     zps_store_fini(&d->store);
     if (d->sock)
@@ -366,6 +380,7 @@ static void release(zps_daemon_t *d)
         zmq_ctx_term(d->ctx);
     /* After zmq_ctx_term ZeroMQ holds no message: every buffer is ours again. */
     zps_reply_cache_fini(&d->reply_cache);
+    zps_reply_cache_fini(&d->observer_cache);
 }
 
 int zps_server_run(const zps_server_config_t *cfg, bool *unsaved)
@@ -377,7 +392,9 @@ int zps_server_run(const zps_server_config_t *cfg, bool *unsaved)
     d.cfg = cfg;
     d.started_ns = zps_now_ns();
     zps_store_init(&d.store);
-    zps_reply_cache_init(&d.reply_cache);
+    zps_reply_cache_init(&d.reply_cache, ZPS_REPLY_POOL,
+                         ZPS_REPLY_POOL + (size_t)cfg->consistency.workers);
+    zps_reply_cache_init(&d.observer_cache, ZPS_REPLY_OBSERVER_POOL, ZPS_REPLY_OBSERVER_COPIES);
     snprintf(d.tag, sizeof(d.tag), "shard %u/%u", cfg->shard_index, cfg->shard_count);
     zps_log_set_tag(d.tag);
 
