@@ -39,8 +39,9 @@ typedef struct zps_slot {
 
 typedef struct zps_daemon {
     const zps_server_config_t *cfg;
-    char endpoint[256]; /* the bound endpoint */
-    char tag[64];       /* log tag, "shard I/S" */
+    uint64_t fingerprint; /* zps_fingerprint(cfg), computed once: cfg never changes */
+    char endpoint[256];   /* the bound endpoint */
+    char tag[64];         /* log tag, "shard I/S" */
 
     /* The loop (server.c). */
     uv_loop_t loop;

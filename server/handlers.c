@@ -11,7 +11,6 @@
 #include "ckpt_queue.h"
 #include "daemon.h"
 #include "error.h"
-#include "fingerprint.h"
 #include "log.h"
 #include "timeutil.h"
 
@@ -56,7 +55,7 @@ static bool check_shard(zps_daemon_t *d, zps_request_t *r)
  */
 static bool check_config(zps_daemon_t *d, zps_request_t *r)
 {
-    uint64_t mine = zps_fingerprint(d->cfg);
+    uint64_t mine = d->fingerprint;
     uint64_t theirs = r->hdr->config_fingerprint;
     if (theirs == 0 || theirs == mine)
         return true;

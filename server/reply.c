@@ -8,7 +8,6 @@
 
 #include "daemon.h"
 #include "error.h"
-#include "fingerprint.h"
 #include "log.h"
 #include "timeutil.h"
 
@@ -80,7 +79,7 @@ void zps_reply_error(zps_daemon_t *d, const zps_request_t *r, int code, const ch
     h.flags = r->reply_flags;
     h.model_version = zps_consistency_version(d->consistency);
     h.min_clock = zps_consistency_min_clock(d->consistency);
-    h.config_fingerprint = zps_fingerprint(d->cfg);
+    h.config_fingerprint = d->fingerprint;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(h.error, sizeof(h.error), fmt, ap);
@@ -105,7 +104,7 @@ void zps_reply_header(const zps_daemon_t *d, const zps_request_t *r, zps_header_
     h->total = d->store.total;
     h->shard_index = d->cfg->shard_index;
     h->shard_count = d->cfg->shard_count;
-    h->config_fingerprint = zps_fingerprint(d->cfg);
+    h->config_fingerprint = d->fingerprint;
     h->flags |= r->reply_flags;
     if (req->worker >= 0 && (uint32_t)req->worker < d->cfg->consistency.workers)
         h->next_clock = zps_consistency_pushed(d->consistency, (uint32_t)req->worker);

@@ -28,6 +28,7 @@
 
 #include "daemon.h"
 #include "error.h"
+#include "fingerprint.h"
 #include "handlers.h"
 #include "log.h"
 #include "reply.h"
@@ -390,6 +391,7 @@ int zps_server_run(const zps_server_config_t *cfg, bool *unsaved)
     zps_daemon_t d;
     memset(&d, 0, sizeof(d));
     d.cfg = cfg;
+    d.fingerprint = zps_fingerprint(cfg);
     d.started_ns = zps_now_ns();
     zps_store_init(&d.store);
     zps_reply_cache_init(&d.reply_cache, ZPS_REPLY_POOL,
