@@ -41,6 +41,9 @@ bool harness_alive(harness_server_t *s);
  */
 pid_t harness_spawn(const char *const *argv, const char *out_path, const char *err_path);
 
+/* The process's resident set size in kB (VmRSS in /proc/PID/status), or -1. */
+long harness_rss_kb(pid_t pid);
+
 /* Path of the zps-server binary under test. */
 const char *harness_server_bin(void);
 

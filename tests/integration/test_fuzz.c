@@ -37,6 +37,7 @@
 
 #include "checksum.h"
 #include "error.h"
+#include "fuzz_rng.h"
 #include "harness.h"
 #include "zps.pb-c.h"
 
@@ -47,28 +48,6 @@
 #define MAX_FRAMES 4
 #define FRAME_MAX 512
 #define FENCE_ID (1ull << 62) /* request ids at and above this are fences */
-
-/* ---- a seeded generator (xorshift64*) ---- */
-
-static uint64_t rng_state;
-
-static uint64_t rnd(void)
-{
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return rng_state * 0x2545f4914f6cdd1dull;
-}
-
-static uint32_t below(uint32_t n)
-{
-    return (uint32_t)(rnd() % n);
-}
-
-static bool chance(double p)
-{
-    return (double)(rnd() >> 11) * 0x1.0p-53 < p;
-}
 
 /* ---- the reference shard ---- */
 

@@ -42,7 +42,9 @@
 #include "checksum.h"
 #include "client.h"
 #include "error.h"
+#include "fuzz_rng.h"
 #include "harness.h"
+#include "timeutil.h"
 #include "zps.pb-c.h"
 
 #define S 3        /* shards */
@@ -58,33 +60,9 @@
 #define TIME_BOUND_S 20.0
 #endif
 
-/* ---- a seeded generator (xorshift64*) ---- */
-
-static uint64_t rng_state;
-
-static uint64_t rnd(void)
-{
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return rng_state * 0x2545f4914f6cdd1dull;
-}
-
-static uint32_t below(uint32_t n)
-{
-    return (uint32_t)(rnd() % n);
-}
-
-static bool chance(double p)
-{
-    return (double)(rnd() >> 11) * 0x1.0p-53 < p;
-}
-
 static double now_s(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    return (double)zps_now_ns() * 1e-9;
 }
 
 /* The range rule, written out here: shard i owns [floor(i*N/S), floor((i+1)*N/S)). */

@@ -220,20 +220,6 @@ static void test_bsp_eviction_and_rejoin(void **state)
     assert_int_equal(harness_stop(&srv), 0);
 }
 
-static long rss_kb(pid_t pid)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "r");
-    long kb = -1;
-    while (f && fgets(line, sizeof(line), f))
-        if (sscanf(line, "VmRSS: %ld kB", &kb) == 1)
-            break;
-    if (f)
-        fclose(f);
-    return kb;
-}
-
 static void test_flood_gets_errors_not_memory(void **state)
 {
     (void)state;
@@ -263,7 +249,7 @@ static void test_flood_gets_errors_not_memory(void **state)
     assert_int_equal(zps_wire_recv(s, 0, false, &m), 0);
     assert_int_equal(m.hdr.status, 0);
     zps_message_close(&m);
-    long rss0 = rss_kb(srv.pid);
+    long rss0 = harness_rss_kb(srv.pid);
 
     /* Requests go out in bursts of 500 and the replies are read after each
      * burst: a peer that never reads its replies only fills its own queue
@@ -300,7 +286,7 @@ static void test_flood_gets_errors_not_memory(void **state)
     assert_non_null(strstr(json, "\"ZPS_ECLOCK\":5000"));
     assert_non_null(strstr(json, "\"version\":0"));
     free(json);
-    long rss1 = rss_kb(srv.pid);
+    long rss1 = harness_rss_kb(srv.pid);
 #ifdef ZPS_SANITIZED
     /* AddressSanitizer keeps freed memory in quarantine, so RSS says nothing
      * here; the counters above still show the bounded queue. */

@@ -50,20 +50,6 @@
 #endif
 #define DEADLINE_NS (30ull * 1000000000ull)
 
-static long rss_kb(pid_t pid)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "r");
-    long kb = -1;
-    while (f && fgets(line, sizeof(line), f))
-        if (sscanf(line, "VmRSS: %ld kB", &kb) == 1)
-            break;
-    if (f)
-        fclose(f);
-    return kb;
-}
-
 /* A raw observer that takes as little as it can: one message, a small kernel buffer. */
 static void *observer_socket(void *ctx, const char *endpoint)
 {
@@ -119,7 +105,7 @@ static void test_observers_that_never_read(void **state)
     zps_reply_info_t info;
     assert_int_equal(zps_client_init(c, w, N), 0);
     assert_int_equal(zps_client_pull(c, 0, got, N, &info), 0);
-    long rss0 = rss_kb(srv.pid);
+    long rss0 = harness_rss_kb(srv.pid);
     assert_true(rss0 > 0);
 
     void *ctx = zmq_ctx_new();
@@ -139,7 +125,7 @@ static void test_observers_that_never_read(void **state)
         for (int k = 0; k < OBSERVERS; k++)
             for (int j = 0; j < PULLS_PER_PUSH; j++)
                 observer_pull(obs[k], id++);
-        long rss = rss_kb(srv.pid);
+        long rss = harness_rss_kb(srv.pid);
         if (rss > rss_max)
             rss_max = rss;
         if (rss > RSS_BOUND_KB)
