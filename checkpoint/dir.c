@@ -14,6 +14,7 @@
  * the server writes, prunes or resumes (server/).
  */
 #include "checkpoint.h"
+#include "ckpt_io.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -147,16 +148,9 @@ int zps_ckpt_dir_prepare(const char *dir, char *why, size_t why_size)
     static const char probe[] = "zps-server checkpoint directory probe\n";
     const char *step = NULL;
     int err = 0;
-    for (size_t done = 0; done < sizeof(probe) - 1;) {
-        ssize_t k = write(fd, probe + done, sizeof(probe) - 1 - done);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0) {
-            step = "write";
-            err = k < 0 ? errno : EIO;
-            break;
-        }
-        done += (size_t)k;
+    if (zps_ckpt_write_all(fd, probe, sizeof(probe) - 1) != 0) {
+        step = "write";
+        err = errno;
     }
     if (step == NULL && fsync(fd) != 0) {
         step = "fsync";

@@ -17,6 +17,7 @@
  * (tool/ckpt_inspect.c).
  */
 #include "checkpoint.h"
+#include "ckpt_io.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -230,9 +231,9 @@ static int check_workers_fields(const zps_ckpt_t *c, char *why, size_t why_size)
 
 /* ---- encoding ---- */
 
-/* Writes all n bytes at the current position. Returns 0 or -1 with errno. */
-static int write_all(int fd, const uint8_t *p, size_t n)
+int zps_ckpt_write_all(int fd, const void *buf, size_t n)
 {
+    const uint8_t *p = buf;
     while (n > 0) {
         ssize_t k = write(fd, p, n);
         if (k < 0) {
@@ -279,7 +280,7 @@ typedef struct wstream {
 
 static void ws_flush(wstream_t *ws)
 {
-    if (ws->err == 0 && ws->fill > 0 && write_all(ws->fd, ws->buf, ws->fill) != 0)
+    if (ws->err == 0 && ws->fill > 0 && zps_ckpt_write_all(ws->fd, ws->buf, ws->fill) != 0)
         ws->err = errno ? errno : EIO;
     ws->fill = 0;
 }
