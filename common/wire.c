@@ -93,7 +93,15 @@ static void header_to_pb(Zps__Header *pb, const zps_header_t *h)
 }
 
 /* Receives the rest of a multipart message, discarding it. Returns frames dropped. */
-static int drain_rest(void *sock, uint64_t *bytes)
+/* Counts a received frame of n bytes that came over the connection. */
+static void count_frame(zps_message_t *msg, size_t n)
+{
+    msg->bytes += n;
+    /* ZMTP 3: a flags byte, then the size in one byte or eight. */
+    msg->wire_bytes += n + 1 + (n > 255 ? 8 : 1);
+}
+
+static int drain_rest(void *sock, zps_message_t *msg)
 {
     int dropped = 0;
     int more = 1;
@@ -105,7 +113,7 @@ static int drain_rest(void *sock, uint64_t *bytes)
             zmq_msg_close(&m);
             break;
         }
-        *bytes += zmq_msg_size(&m);
+        count_frame(msg, zmq_msg_size(&m));
         zmq_msg_close(&m);
         dropped++;
         sz = sizeof(more);
@@ -155,10 +163,12 @@ static int recv_message(void *sock, int flags, bool router, bool verify, zps_mes
         zmq_msg_close(&frame);
         return e == EAGAIN ? ZPS_EAGAIN : ZPS_ESOCKET;
     }
-    msg->bytes += zmq_msg_size(&frame);
+    msg->peer.fd = -1;
 
     if (router) {
+        /* The routing id: added by the ROUTER, never on the wire. */
         size_t n = zmq_msg_size(&frame);
+        msg->bytes += n;
         msg->has_peer = true;
         msg->peer.len = n < ZPS_PEER_ID_MAX ? n : ZPS_PEER_ID_MAX;
         memcpy(msg->peer.id, zmq_msg_data(&frame), msg->peer.len);
@@ -170,14 +180,16 @@ static int recv_message(void *sock, int flags, bool router, bool verify, zps_mes
             zmq_msg_close(&frame);
             return ZPS_ESOCKET;
         }
-        msg->bytes += zmq_msg_size(&frame);
+        int fd = zmq_msg_get(&frame, ZMQ_SRCFD);
+        msg->peer.fd = fd >= 0 ? fd : -1;
     }
+    count_frame(msg, zmq_msg_size(&frame));
 
     /* `frame` is the header. */
     Zps__Header *pb = zps__header__unpack(NULL, zmq_msg_size(&frame), zmq_msg_data(&frame));
     zmq_msg_close(&frame);
     if (!pb) {
-        drain_rest(sock, &msg->bytes);
+        drain_rest(sock, msg);
         return ZPS_EPROTO;
     }
     header_from_pb(&msg->hdr, pb);
@@ -194,13 +206,13 @@ static int recv_message(void *sock, int flags, bool router, bool verify, zps_mes
             return ZPS_ESOCKET;
         }
         msg->has_payload = true;
-        msg->bytes += zmq_msg_size(&msg->payload);
+        count_frame(msg, zmq_msg_size(&msg->payload));
         if (realign(&msg->payload) != 0) {
-            drain_rest(sock, &msg->bytes);
+            drain_rest(sock, msg);
             return ZPS_ENOMEM;
         }
     }
-    if (drain_rest(sock, &msg->bytes) > 0)
+    if (drain_rest(sock, msg) > 0)
         return ZPS_EFRAMES;
 
     /* The message is consumed whole; now judge it, most basic fault first. */

@@ -79,10 +79,11 @@ typedef struct zps_header {
     const char *json; /* send: borrowed, may be NULL; recv: owned by the zps_message_t */
 } zps_header_t;
 
-/* A ROUTER socket's routing id for one peer. */
+/* A ROUTER socket's routing id for one peer, and the connection it used. */
 typedef struct zps_peer {
     size_t len;
     unsigned char id[ZPS_PEER_ID_MAX];
+    int fd; /* the descriptor of the connection (ZMQ_SRCFD), or -1: unknown */
 } zps_peer_t;
 
 /* One received message. */
@@ -94,6 +95,9 @@ typedef struct zps_message {
     zmq_msg_t payload; /* valid when has_payload; the float32 values, 4-byte aligned */
     char *json;        /* owned copy of hdr.json, or NULL */
     uint64_t bytes;    /* bytes of all frames, for the byte counters */
+    /* Bytes it took on a ZMTP connection: its frames with their headers,
+     * the routing id (added by the ROUTER) excluded. */
+    uint64_t wire_bytes;
     /* Set when the payload's checksum was verified on receipt: the index of
      * its first non-finite value, found in the same pass (hdr.length when
      * every value is finite). */

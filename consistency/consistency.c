@@ -416,13 +416,24 @@ int zps_consistency_observe(zps_consistency_t *st, uint64_t t, uint64_t request_
     return park(st, -1, true, t, request_id, token, out, existing, why, why_size);
 }
 
-/* Removes the waiting pulls that are ready (or all of them), oldest first; writes their tokens. */
-static size_t take_where(zps_consistency_t *st, bool all, uint64_t *tokens, size_t max)
+/* Which waiting pulls take_where removes. */
+typedef struct take_rule {
+    bool all;                                 /* every one */
+    bool (*match)(uint64_t token, void *arg); /* or those it matches; else the ready ones */
+    void *arg;
+} take_rule_t;
+
+/* Removes the waiting pulls the rule picks, oldest first; writes their tokens. */
+static size_t take_where(zps_consistency_t *st, const take_rule_t *rule, uint64_t *tokens,
+                         size_t max)
 {
     size_t n = 0, kept = 0;
     for (size_t i = 0; i < st->nwaiting; i++) {
         waiting_pull_t p = st->waiting[i];
-        if (n < max && (all || waiting_ready(st, &p))) {
+        bool pick = rule->all     ? true
+                    : rule->match ? rule->match(p.token, rule->arg)
+                                  : waiting_ready(st, &p);
+        if (n < max && pick) {
             tokens[n++] = p.token;
             st->waiting_per[pool_of(st, p.worker)]--;
         } else {
@@ -435,12 +446,21 @@ static size_t take_where(zps_consistency_t *st, bool all, uint64_t *tokens, size
 
 size_t zps_consistency_take_ready(zps_consistency_t *st, uint64_t *tokens, size_t max)
 {
-    return take_where(st, false, tokens, max);
+    take_rule_t rule = {false, NULL, NULL};
+    return take_where(st, &rule, tokens, max);
 }
 
 size_t zps_consistency_take_all(zps_consistency_t *st, uint64_t *tokens, size_t max)
 {
-    return take_where(st, true, tokens, max);
+    take_rule_t rule = {true, NULL, NULL};
+    return take_where(st, &rule, tokens, max);
+}
+
+size_t zps_consistency_take_if(zps_consistency_t *st, bool (*match)(uint64_t token, void *arg),
+                               void *arg, uint64_t *tokens, size_t max)
+{
+    take_rule_t rule = {false, match, arg};
+    return take_where(st, &rule, tokens, max);
 }
 
 void zps_consistency_evict(zps_consistency_t *st, uint32_t w)

@@ -228,6 +228,14 @@ size_t zps_consistency_take_ready(zps_consistency_t *st, uint64_t *tokens, size_
 /* Removes every waiting pull (shutdown); returns how many were written, up to max. */
 size_t zps_consistency_take_all(zps_consistency_t *st, uint64_t *tokens, size_t max);
 
+/*
+ * Removes the waiting pulls whose token `match` accepts (a closed
+ * connection's, say), whether ready or not; returns how many were written,
+ * up to max. `match` must not call back into st.
+ */
+size_t zps_consistency_take_if(zps_consistency_t *st, bool (*match)(uint64_t token, void *arg),
+                               void *arg, uint64_t *tokens, size_t max);
+
 /* Liveness: an evicted worker no longer holds back min_clock or BSP's count. */
 void zps_consistency_evict(zps_consistency_t *st, uint32_t w);
 /*

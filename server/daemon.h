@@ -21,6 +21,7 @@
 #include <zmq.h>
 
 #include "ckpt_queue.h"
+#include "conns.h"
 #include "consistency.h"
 #include "hist.h"
 #include "reply_cache.h"
@@ -48,10 +49,13 @@ typedef struct zps_daemon {
     uv_poll_t poll;
     uv_idle_t idle;
     uv_timer_t liveness;
+    uv_poll_t conns_poll; /* the connection monitor's events */
+    uv_timer_t watch;     /* unread bytes and memory, every ZPS_CONNS_WATCH_MS */
     uv_signal_t sigint, sigterm;
     bool stopping;
     void *ctx;
     void *sock;
+    zps_conns_t conns; /* the accepted connections and their limits */
 
     /* The shard: its parameters, and the rules that say when they change. */
     zps_store_t store;
@@ -103,5 +107,11 @@ void zps_daemon_drain(zps_daemon_t *d);
  * silences are measured on it (server.c).
  */
 uint64_t zps_daemon_listening_ns(const zps_daemon_t *d);
+
+/*
+ * The model is known (INIT, or a resumed checkpoint): the limits that depend
+ * on the shard's size follow it (server.c; conns.h).
+ */
+void zps_daemon_model_known(zps_daemon_t *d);
 
 #endif

@@ -143,6 +143,24 @@ void zps_handlers_fail_parked(zps_daemon_t *d)
     }
 }
 
+static bool on_connection(uint64_t token, void *arg)
+{
+    return ((const parked_pull_t *)(uintptr_t)token)->peer.fd == *(const int *)arg;
+}
+
+void zps_handlers_cancel_connection(zps_daemon_t *d, int fd)
+{
+    if (fd < 0)
+        return;
+    size_t n;
+    while ((n = zps_consistency_take_if(d->consistency, on_connection, &fd, d->tokens,
+                                        d->tokens_cap)) > 0) {
+        for (size_t i = 0; i < n; i++)
+            free((parked_pull_t *)(uintptr_t)d->tokens[i]);
+        d->count.pulls_cancelled += n;
+    }
+}
+
 void zps_handle_pull(zps_daemon_t *d, zps_request_t *r)
 {
     const zps_header_t *req = r->hdr;
@@ -241,6 +259,7 @@ void zps_handle_init(zps_daemon_t *d, zps_request_t *r)
             return;
         }
         zps_consistency_set_initialized(d->consistency);
+        zps_daemon_model_known(d);
         zps_info("initialised by worker %d: N = %llu, range [%llu, %llu), optimizer %s",
                  req->worker, (unsigned long long)req->total, (unsigned long long)range.lo,
                  (unsigned long long)range.hi, zps_opt_name(&d->cfg->opt));

@@ -38,4 +38,14 @@ void zps_handlers_answer_ready(struct zps_daemon *d);
 /* Shutdown: answers every parked pull with ZPS_ESHUTDOWN. */
 void zps_handlers_fail_parked(struct zps_daemon *d);
 
+/*
+ * Connection `fd` has closed: its parked pulls are dropped unanswered and
+ * counted (pulls_cancelled), so a stranger cannot hold a worker's slots
+ * after it has gone. A client that resends on a new connection moves its
+ * pull there (handlers.c), so only pulls nobody can receive are dropped,
+ * unless the descriptor was reused by a new connection within one drain;
+ * that client's pull is then dropped too and its resend parks it again.
+ */
+void zps_handlers_cancel_connection(struct zps_daemon *d, int fd);
+
 #endif

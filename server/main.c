@@ -54,6 +54,17 @@ static void usage(FILE *f)
             "                         newest file is reported and the one before it used)\n"
             "  --resume-from FILE     start from this checkpoint\n"
             "\n"
+            "Limits (whoever the peer is; docs/protocol.md):\n"
+            "  --max-connections N    connections open at once (default: three quarters of\n"
+            "                         the descriptor limit, which is raised to its hard\n"
+            "                         limit, and at most 4096)\n"
+            "  --max-connections-per-host N\n"
+            "                         connections open from one address (default: a quarter\n"
+            "                         of --max-connections, at least 64; 0: no limit)\n"
+            "  --max-message-bytes B  the largest message accepted until the model is\n"
+            "                         initialised (default 4294967296); after, the shard's\n"
+            "                         payload plus 64 KiB when that is smaller\n"
+            "\n"
             "Other:\n"
             "  --log-level LEVEL      debug, info, warn, error (default info)\n"
             "  --help                 this text\n"
@@ -83,6 +94,9 @@ enum {
     OPT_RESUME,
     OPT_RESUME_FROM,
     OPT_LOG_LEVEL,
+    OPT_MAX_CONNS,
+    OPT_MAX_CONNS_HOST,
+    OPT_MAX_MESSAGE,
     OPT_HELP,
 };
 
@@ -105,6 +119,9 @@ static const struct option options[] = {
     {"resume", no_argument, NULL, OPT_RESUME},
     {"resume-from", required_argument, NULL, OPT_RESUME_FROM},
     {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+    {"max-connections", required_argument, NULL, OPT_MAX_CONNS},
+    {"max-connections-per-host", required_argument, NULL, OPT_MAX_CONNS_HOST},
+    {"max-message-bytes", required_argument, NULL, OPT_MAX_MESSAGE},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -210,6 +227,21 @@ int main(int argc, char **argv)
             zps_log_set_level(lv);
             break;
         }
+        case OPT_MAX_CONNS:
+            if (zps_parse_long(a, 1, 1000000, &l))
+                return bad_flag("--max-connections", a, "an integer in [1, 1000000]");
+            cfg.max_connections = (uint32_t)l;
+            break;
+        case OPT_MAX_CONNS_HOST:
+            if (zps_parse_long(a, 0, 1000000, &l))
+                return bad_flag("--max-connections-per-host", a, "an integer in [0, 1000000]");
+            cfg.max_connections_per_host = l;
+            break;
+        case OPT_MAX_MESSAGE:
+            if (zps_parse_u64(a, &u) || u < 4096 || u > (1ull << 40))
+                return bad_flag("--max-message-bytes", a, "bytes in [4096, 2^40]");
+            cfg.max_message_bytes = u;
+            break;
         case OPT_HELP:
             usage(stdout);
             return 0;

@@ -26,6 +26,7 @@
 #include <uv.h>
 #include <zmq.h>
 
+#include "conns.h"
 #include "daemon.h"
 #include "error.h"
 #include "fingerprint.h"
@@ -58,6 +59,7 @@ void zps_server_config_default(zps_server_config_t *cfg)
     cfg->consistency.mode = ZPS_MODE_BSP;
     cfg->consistency.max_pending = 4;
     cfg->max_message_bytes = 4ull << 30;
+    cfg->max_connections_per_host = -1;
     cfg->checkpoint_keep = 3;
     zps_opt_config_default(&cfg->opt);
 }
@@ -219,8 +221,16 @@ static void handle(zps_daemon_t *d, zps_message_t *m, int rc)
 static void on_idle(uv_idle_t *h);
 
 /* Handles what the socket holds, up to a budget; see the file comment. */
+static void connection_gone(void *arg, int fd)
+{
+    zps_handlers_cancel_connection(arg, fd);
+}
+
 void zps_daemon_drain(zps_daemon_t *d)
 {
+    /* Connections first: a message read after its connection's events is
+     * then never counted against a closed connection that had its descriptor. */
+    zps_conns_events(&d->conns, connection_gone, d);
     for (int i = 0; i < DRAIN_BUDGET && !d->stopping; i++) {
         zps_message_t m;
         int rc = zps_wire_recv(d->sock, ZMQ_DONTWAIT, true, &m);
@@ -233,6 +243,7 @@ void zps_daemon_drain(zps_daemon_t *d)
             uv_idle_stop(&d->idle);
             return;
         }
+        zps_conns_took(&d->conns, m.peer.fd, m.wire_bytes);
         handle(d, &m, rc);
         zps_message_close(&m);
     }
@@ -256,6 +267,46 @@ static void on_poll(uv_poll_t *h, int status, int events)
     zps_daemon_drain(d);
 }
 
+static void on_conns(uv_poll_t *h, int status, int events)
+{
+    (void)status;
+    (void)events;
+    zps_daemon_t *d = h->data;
+    zps_conns_events(&d->conns, connection_gone, d);
+}
+
+/* Unread bytes and memory (conns.h), judged after reading what has arrived. */
+static void on_watch(uv_timer_t *t)
+{
+    zps_daemon_t *d = t->data;
+    if (d->conns.open == 0)
+        return;
+    zps_daemon_drain(d);
+    if (d->stopping || uv_is_active((uv_handle_t *)&d->idle))
+        return;
+    zps_conns_watch(&d->conns, zps_conns_rss());
+}
+
+void zps_daemon_model_known(zps_daemon_t *d)
+{
+    const zps_server_config_t *cfg = d->cfg;
+    uint64_t p = (uint64_t)d->store.len * sizeof(float);
+    uint64_t k = zps_optimizer_state_count(d->store.opt);
+    uint64_t w = cfg->consistency.workers;
+    /* Copies of the shard's size the server may hold (conns.h states the
+     * bound built on it): the parameters and optimizer state; BSP's
+     * buffered pushes and the one being handled; the reply caches'
+     * copies (reply_cache.h); a checkpoint's copy of the state. */
+    uint64_t copies = (1 + k) + (cfg->consistency.mode == ZPS_MODE_BSP ? w : 0) + 1 +
+                      (ZPS_REPLY_POOL + w) + ZPS_REPLY_OBSERVER_COPIES + (1 + k);
+    /* ZeroMQ's own frame limit cannot follow: a listener keeps the options
+     * it was bound with. The unread-bytes bound does the work. */
+    uint64_t max_message = p + ZPS_MAX_HEADER_BYTES;
+    if (max_message > cfg->max_message_bytes)
+        max_message = cfg->max_message_bytes;
+    zps_conns_set_limits(&d->conns, max_message, p * copies);
+}
+
 static void on_close(uv_handle_t *h)
 {
     (void)h;
@@ -274,6 +325,9 @@ static void stop(zps_daemon_t *d, const char *why)
     uv_close((uv_handle_t *)&d->poll, on_close);
     uv_close((uv_handle_t *)&d->idle, on_close);
     uv_close((uv_handle_t *)&d->liveness, on_close);
+    uv_poll_stop(&d->conns_poll);
+    uv_close((uv_handle_t *)&d->conns_poll, on_close);
+    uv_close((uv_handle_t *)&d->watch, on_close);
     uv_close((uv_handle_t *)&d->sigint, on_close);
     uv_close((uv_handle_t *)&d->sigterm, on_close);
 }
@@ -339,6 +393,18 @@ static int open_socket(zps_daemon_t *d)
     zmq_setsockopt(d->sock, ZMQ_SNDHWM, &hwm, sizeof(hwm));
     zmq_setsockopt(d->sock, ZMQ_LINGER, &linger, sizeof(linger));
     zmq_setsockopt(d->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg));
+    uint32_t max = zps_conns_default_max();
+    if (cfg->max_connections)
+        max = cfg->max_connections;
+    uint32_t per_host = cfg->max_connections_per_host >= 0 ? (uint32_t)cfg->max_connections_per_host
+                        : max / 4 < 64                     ? 64
+                                                           : max / 4;
+    int rc = zps_conns_open(&d->conns, d->ctx, d->sock, max, per_host);
+    if (rc) {
+        zps_error("cannot follow the socket's connections: %s", zmq_strerror(zmq_errno()));
+        return rc;
+    }
+    zps_conns_set_limits(&d->conns, cfg->max_message_bytes, 0);
     char where[sizeof(d->endpoint)];
     if (bind_address(cfg->listen, where, sizeof(where)) != 0) {
         zps_error("cannot listen on %s: the address is too long", cfg->listen);
@@ -375,6 +441,9 @@ static void release(zps_daemon_t *d)
     zps_reply_cache_drop(&d->observer_cache);
     zps_consistency_free(d->consistency);
     zps_store_fini(&d->store);
+    if (d->sock && d->conns.monitor)
+        zmq_socket_monitor(d->sock, NULL, 0);
+    zps_conns_close(&d->conns);
     if (d->sock)
         zmq_close(d->sock);
     if (d->ctx)
@@ -450,6 +519,13 @@ int zps_server_run(const zps_server_config_t *cfg, bool *unsaved)
     uv_signal_init(&d.loop, &d.sigterm);
     d.poll.data = d.idle.data = d.liveness.data = d.sigint.data = d.sigterm.data = &d;
     uv_poll_start(&d.poll, UV_READABLE, on_poll);
+    uv_poll_init(&d.loop, &d.conns_poll, zps_conns_fd(&d.conns));
+    uv_timer_init(&d.loop, &d.watch);
+    d.conns_poll.data = d.watch.data = &d;
+    uv_poll_start(&d.conns_poll, UV_READABLE, on_conns);
+    uv_timer_start(&d.watch, on_watch, ZPS_CONNS_WATCH_MS, ZPS_CONNS_WATCH_MS);
+    if (zps_consistency_initialized(d.consistency))
+        zps_daemon_model_known(&d);
     /* A worker that never shows up counts as silent from the start. The
      * listening clock starts at wall time; without ticks it is wall time. */
     d.listen_ns = d.tick_ns = d.started_ns;

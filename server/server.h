@@ -45,7 +45,12 @@ typedef struct zps_server_config {
     const char *resume_from;    /* start from this checkpoint file */
     uint64_t worker_timeout_ms; /* evict a worker silent this long; 0: never */
     bool insecure;              /* allow a non-loopback endpoint without encryption */
-    uint64_t max_message_bytes; /* larger inbound messages make ZeroMQ drop the peer */
+    /* Limits that hold whoever the peer is (conns.h). The largest message
+     * before the model is initialised; after, the shard's payload plus
+     * ZPS_MAX_HEADER_BYTES when that is smaller. */
+    uint64_t max_message_bytes;
+    uint32_t max_connections;         /* 0: zps_conns_default_max() */
+    int64_t max_connections_per_host; /* -1: a quarter of max_connections, >= 64; 0: none */
 } zps_server_config_t;
 
 /* Defaults: tcp://127.0.0.1:7100, shard 0/1, BSP, SGD. `consistency.workers` must still be set. */

@@ -75,8 +75,8 @@ char *zps_stats_json(const zps_daemon_t *d)
                       "\"pulls\":%llu,\"pushes\":%llu,\"applied\":%llu,\"buffered\":%llu,"
                       "\"steps\":%llu,\"retries\":%llu,\"dropped\":%llu,\"heartbeats\":%llu,"
                       "\"stats\":%llu,\"errors\":%llu,\"replies_dropped\":%llu,"
-                      "\"steps_refused\":%llu,\"buffered_discarded\":%llu},"
-                      "\"errors_by_code\":{",
+                      "\"steps_refused\":%llu,\"buffered_discarded\":%llu,"
+                      "\"pulls_cancelled\":%llu},\"errors_by_code\":{",
                       zps_consistency_pending(rules), (unsigned long long)c->msgs_in,
                       (unsigned long long)c->msgs_out, (unsigned long long)c->bytes_in,
                       (unsigned long long)c->bytes_out, (unsigned long long)c->inits,
@@ -86,7 +86,8 @@ char *zps_stats_json(const zps_daemon_t *d)
                       (unsigned long long)c->dropped, (unsigned long long)c->heartbeats,
                       (unsigned long long)c->stats, (unsigned long long)c->errors,
                       (unsigned long long)c->replies_dropped, (unsigned long long)c->steps_refused,
-                      (unsigned long long)c->buffered_discarded);
+                      (unsigned long long)c->buffered_discarded,
+                      (unsigned long long)c->pulls_cancelled);
     const char *sep = "";
     for (int i = 1; i < 32; i++) {
         if (c->errors_by_code[i]) {
@@ -103,7 +104,8 @@ char *zps_stats_json(const zps_daemon_t *d)
                       (unsigned long long)c->checkpoints,
                       (unsigned long long)c->checkpoint_failures);
     zps_strbuf_json_string(&b, d->ckpts.last_path);
-    zps_strbuf_printf(&b, "}");
+    zps_strbuf_printf(&b, "},");
+    zps_conns_json(&d->conns, &b);
     zps_strbuf_printf(&b, ",\"uptime_s\":%.3f}", (double)(zps_now_ns() - d->started_ns) / 1e9);
     return zps_strbuf_take(&b);
 }
