@@ -7,6 +7,7 @@
  *   zps stats --servers ...
  *   zps checkpoint --servers ...
  *   zps checkpoint inspect FILE
+ *   zps keygen PREFIX [--force]
  *
  * Exit status: 0 success, 1 a server refused (its reason on stderr) or did
  * not answer within the deadline, 2 bad usage, 3 a pull that timed out: its
@@ -22,6 +23,7 @@
 #include "ckpt_inspect.h"
 #include "client.h"
 #include "error.h"
+#include "keygen.h"
 #include "launch.h"
 #include "log.h"
 #include "parse.h"
@@ -53,6 +55,9 @@ static void usage(FILE *f)
                "          (exit 0 valid, 1 invalid, 2 unreadable)\n"
                "  launch  start a whole local cluster (servers and workers) and train; it has\n"
                "          its own flags: zps launch --help\n"
+               "  keygen PREFIX [--force]\n"
+               "          write a new CURVE key pair: PREFIX.key (secret, mode 0600) and\n"
+               "          PREFIX.pub (public); servers do not use keys yet: zps keygen --help\n"
                "\n"
                "Options:\n"
                "  --servers LIST     server endpoints in shard order, comma-separated\n"
@@ -343,6 +348,8 @@ int main(int argc, char **argv)
     }
     if (strcmp(argv[1], "launch") == 0)
         return zps_cmd_launch(argc - 1, argv + 1);
+    if (strcmp(argv[1], "keygen") == 0)
+        return zps_cmd_keygen(argc - 1, argv + 1);
     if (strcmp(argv[1], "checkpoint") == 0 && argc >= 3 && strcmp(argv[2], "inspect") == 0) {
         if (argc != 4)
             return usage_error("usage: zps checkpoint inspect FILE");
