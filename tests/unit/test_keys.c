@@ -575,6 +575,10 @@ static void test_authkeys_valid(void **state)
     key_of(CLIENT_PUB, k);
     assert_true(zps_authkeys_lookup(list, k, NULL));
     zps_authkeys_free(list);
+    assert_string_equal(zps_role_name(ZPS_ROLE_WORKER), "worker");
+    assert_string_equal(zps_role_name(ZPS_ROLE_ADMIN), "admin");
+    assert_string_equal(zps_role_name(ZPS_ROLE_READER), "reader");
+    assert_string_equal(zps_role_name((zps_role_t)9), "?");
 
     /* Empty lists are valid and list nothing. */
     const char *empty[] = {"", "\n\n", "# nothing yet\n", "  \t\r\n"};
