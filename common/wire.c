@@ -92,7 +92,6 @@ static void header_to_pb(Zps__Header *pb, const zps_header_t *h)
     pb->json = (char *)(h->json ? h->json : "");
 }
 
-/* Receives the rest of a multipart message, discarding it. Returns frames dropped. */
 /* Counts a received frame of n bytes that came over the connection. */
 static void count_frame(zps_message_t *msg, size_t n)
 {
@@ -101,6 +100,7 @@ static void count_frame(zps_message_t *msg, size_t n)
     msg->wire_bytes += n + 1 + (n > 255 ? 8 : 1);
 }
 
+/* Receives the rest of a multipart message, discarding it. Returns frames dropped. */
 static int drain_rest(void *sock, zps_message_t *msg)
 {
     int dropped = 0;

@@ -184,9 +184,8 @@ static int32_t host_of(zps_conns_t *c, const char *addr)
     return (int32_t)c->nhosts++;
 }
 
-static void shut(zps_conns_t *c, int fd, zps_conn_t *k)
+static void shut(int fd, zps_conn_t *k)
 {
-    (void)c;
     /* ZeroMQ's engine sees the connection end and closes the descriptor;
      * its close comes back as a DISCONNECTED event. */
     shutdown(fd, SHUT_RDWR);
@@ -311,7 +310,7 @@ void zps_conns_events(zps_conns_t *c, void (*gone)(void *arg, int fd), void *arg
         for (size_t i = 0; i < ndue; i++) {
             zps_conn_t *k = &c->by_fd[due[i]];
             if (k->open && k->shut_due)
-                shut(c, due[i], k);
+                shut(due[i], k);
         }
         if (n < EVENT_BATCH)
             break;
@@ -360,7 +359,7 @@ static void close_for(zps_conns_t *c, int fd, const char *why, uint64_t unread, 
                  "%s (%llu)",
                  k->host >= 0 ? c->hosts[k->host].addr : "?", (unsigned long long)unread, why,
                  (unsigned long long)limit);
-    shut(c, fd, k);
+    shut(fd, k);
 }
 
 void zps_conns_watch(zps_conns_t *c, uint64_t rss_bytes)

@@ -220,12 +220,13 @@ static void handle(zps_daemon_t *d, zps_message_t *m, int rc)
 
 static void on_idle(uv_idle_t *h);
 
-/* Handles what the socket holds, up to a budget; see the file comment. */
+/* A connection has closed: its waiting pulls can never be answered. */
 static void connection_gone(void *arg, int fd)
 {
     zps_handlers_cancel_connection(arg, fd);
 }
 
+/* Handles what the socket holds, up to a budget; see the file comment. */
 void zps_daemon_drain(zps_daemon_t *d)
 {
     /* Connections first: a message read after its connection's events is
@@ -396,9 +397,9 @@ static int open_socket(zps_daemon_t *d)
     uint32_t max = zps_conns_default_max();
     if (cfg->max_connections)
         max = cfg->max_connections;
-    uint32_t per_host = cfg->max_connections_per_host >= 0 ? (uint32_t)cfg->max_connections_per_host
-                        : max / 4 < 64                     ? 64
-                                                           : max / 4;
+    uint32_t per_host = max / 4 < 64 ? 64 : max / 4;
+    if (cfg->max_connections_per_host >= 0)
+        per_host = (uint32_t)cfg->max_connections_per_host;
     int rc = zps_conns_open(&d->conns, d->ctx, d->sock, max, per_host);
     if (rc) {
         zps_error("cannot follow the socket's connections: %s", zmq_strerror(zmq_errno()));
