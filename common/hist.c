@@ -31,6 +31,16 @@ uint64_t zps_vhist_quantile(const zps_vhist_t *h, double q)
     return h->max;
 }
 
+uint64_t zps_vhist_count_le(const zps_vhist_t *h, uint64_t v)
+{
+    if (v >= h->max)
+        return h->n;
+    uint64_t n = 0;
+    for (uint64_t i = 0; i <= v && i < ZPS_VHIST_EXACT; i++)
+        n += h->counts[i];
+    return n;
+}
+
 void zps_vhist_json(const zps_vhist_t *h, zps_strbuf_t *b)
 {
     zps_strbuf_printf(b, "{\"count\":%llu,\"max\":%llu,\"mean\":%.4f,\"p50\":%llu,\"p99\":%llu,",
@@ -71,6 +81,14 @@ static uint64_t bucket_top(unsigned b)
     uint64_t sub = b % ZPS_THIST_SUB;
     uint64_t lo = (1ull << p) + (sub << (p - 4));
     return lo + (1ull << (p - 4)) - 1;
+}
+
+uint64_t zps_thist_count_le(const zps_thist_t *h, uint64_t ns)
+{
+    uint64_t n = 0;
+    for (unsigned b = 0; b < ZPS_THIST_BUCKETS && bucket_top(b) <= ns; b++)
+        n += h->counts[b];
+    return n;
 }
 
 void zps_thist_add(zps_thist_t *h, uint64_t ns)

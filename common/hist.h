@@ -33,6 +33,9 @@ uint64_t zps_vhist_quantile(const zps_vhist_t *h, double q);
 /* Appends {"count":..,"max":..,"mean":..,"p50":..,"p99":..,"histogram":{"0":n,...}}. */
 void zps_vhist_json(const zps_vhist_t *h, zps_strbuf_t *b);
 
+/* Samples <= v (exact: values below ZPS_VHIST_EXACT are counted one by one). */
+uint64_t zps_vhist_count_le(const zps_vhist_t *h, uint64_t v);
+
 /* Duration histogram, in nanoseconds: 16 sub-buckets per power of two. */
 #define ZPS_THIST_SUB 16
 #define ZPS_THIST_BUCKETS (64 * ZPS_THIST_SUB)
@@ -50,5 +53,11 @@ void zps_thist_add(zps_thist_t *h, uint64_t ns);
 uint64_t zps_thist_quantile(const zps_thist_t *h, double q);
 /* Appends {"count":..,"mean_ms":..,"p50_ms":..,"p99_ms":..,"max_ms":..}. */
 void zps_thist_json(const zps_thist_t *h, zps_strbuf_t *b);
+
+/*
+ * Samples in the buckets that lie wholly at or below `ns`: the samples <= ns
+ * to within one bucket (1/16 of a power of two) below ns.
+ */
+uint64_t zps_thist_count_le(const zps_thist_t *h, uint64_t ns);
 
 #endif

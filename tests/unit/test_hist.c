@@ -186,12 +186,47 @@ static void test_thist_resolution(void **state)
     }
 }
 
+/* Cumulative counts, as a Prometheus histogram's buckets read them. */
+static void test_count_le(void **state)
+{
+    (void)state;
+    zps_vhist_t v;
+    memset(&v, 0, sizeof(v));
+    uint64_t samples[] = {0, 0, 1, 3, 3, 3, 63, 64, 1000};
+    for (size_t i = 0; i < sizeof(samples) / sizeof(samples[0]); i++)
+        zps_vhist_add(&v, samples[i]);
+    assert_int_equal(zps_vhist_count_le(&v, 0), 2);
+    assert_int_equal(zps_vhist_count_le(&v, 1), 3);
+    assert_int_equal(zps_vhist_count_le(&v, 2), 3);
+    assert_int_equal(zps_vhist_count_le(&v, 3), 6);
+    assert_int_equal(zps_vhist_count_le(&v, 63), 7);
+    assert_int_equal(zps_vhist_count_le(&v, 1000), 9);
+    assert_int_equal(zps_vhist_count_le(&v, 5000), 9);
+
+    zps_thist_t t;
+    memset(&t, 0, sizeof(t));
+    zps_thist_add(&t, 5);          /* exact bucket */
+    zps_thist_add(&t, 1000000);    /* 1 ms */
+    zps_thist_add(&t, 9000000);    /* 9 ms */
+    zps_thist_add(&t, 2000000000); /* 2 s */
+    assert_int_equal(zps_thist_count_le(&t, 4), 0);
+    assert_int_equal(zps_thist_count_le(&t, 5), 1);
+    /* 1 ms lies in a bucket 1/16 of a power of two wide: counted once the
+     * whole bucket is below the bound. */
+    assert_int_equal(zps_thist_count_le(&t, 999999), 1);
+    assert_int_equal(zps_thist_count_le(&t, 1100000), 2);
+    assert_int_equal(zps_thist_count_le(&t, 10000000), 3);
+    assert_int_equal(zps_thist_count_le(&t, 1000000000), 3);
+    assert_int_equal(zps_thist_count_le(&t, 3000000000ull), 4);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_vhist_empty),  cmocka_unit_test(test_vhist_values),
         cmocka_unit_test(test_vhist_edges),  cmocka_unit_test(test_thist_empty),
         cmocka_unit_test(test_thist_values), cmocka_unit_test(test_thist_resolution),
+        cmocka_unit_test(test_count_le),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
