@@ -45,8 +45,10 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "barrier.h"
 #include "client.h"
 #include "error.h"
+#include "json.h"
 #include "launch_argv.h"
 #include "launch_opts.h"
 #include "launch_plan.h"
@@ -61,6 +63,7 @@
 #define FINISH_GRACE_S 5.0     /* after the final evaluation, the workers get this long */
 #define EVALUATOR_GRACE_S 60.0 /* after the last worker, the evaluator gets this long */
 #define STATS_EVERY_S 1.0
+#define STALL_S 5.0 /* a clock still this long: the progress line says whom it waits for */
 
 /* ---- the running cluster ---- */
 
@@ -129,8 +132,11 @@ typedef struct launch {
     char **stats_json; /* [S], filled on the threadpool */
     int *stats_rc;
     FILE *stats_file;
+    char waiting[256]; /* the latest STATS' "waiting for" line (barrier.h), "" when none holds */
 
     zps_progress_t progress;
+    uint64_t shown_min, shown_max; /* the progress line's clocks, and when they last moved */
+    uint64_t clock_moved_ns;
     const char *status; /* "ok", "failed", "interrupted", "timeout" */
     int exit_code;
     char failed[32];
@@ -359,7 +365,7 @@ static void show_progress(launch_t *L, bool force)
         return;
     zps_runstats_live_t lv;
     zps_runstats_live(L->rs, zps_wall_seconds(), &lv);
-    char line[512];
+    char line[768];
     size_t n = 0;
 #define PUT(...)                                                                                   \
     do {                                                                                           \
@@ -395,11 +401,37 @@ static void show_progress(launch_t *L, bool force)
     if (lv.have_clock_lag)
         PUT(" | lag max %llu clocks", (unsigned long long)lv.clock_lag_max);
     PUT(" | %.1f s", secs_since(L->start_ns));
+    /* A clock that has not moved for a while says whom it waits for. */
+    if (lv.clock_min != L->shown_min || lv.clock_max != L->shown_max || !L->clock_moved_ns) {
+        L->shown_min = lv.clock_min;
+        L->shown_max = lv.clock_max;
+        L->clock_moved_ns = zps_now_ns();
+    } else if (secs_since(L->clock_moved_ns) > STALL_S && L->waiting[0]) {
+        PUT(" | %s", L->waiting);
+    }
 #undef PUT
     zps_progress_show(&L->progress, line, force);
 }
 
 /* ---- server statistics, on the threadpool ---- */
+
+/* The "waiting for" line of one shard's STATS reply into buf ("" when its
+ * barrier holds nobody, or the reply is not one barrier.h reads). */
+static void waiting_line(const char *json, char *buf, size_t size)
+{
+    buf[0] = '\0';
+    zps_json_t *o = NULL;
+    zps_barrier_shard_t b;
+    if (zps_json_parse(json, &o, NULL, 0) != 0 || zps_barrier_shard_parse(o, &b) != 0) {
+        zps_json_free(o);
+        return;
+    }
+    zps_barrier_wait_t w;
+    zps_barrier_wait(&b, &w);
+    zps_barrier_line(&b, &w, -1, buf, size);
+    zps_barrier_shard_fini(&b);
+    zps_json_free(o);
+}
 
 static void stats_work(uv_work_t *req)
 {
@@ -420,9 +452,12 @@ static void stats_done(uv_work_t *req, int status)
     L->stats_busy = false;
     bool final = L->phase == PH_STATS;
     double wall = zps_wall_seconds();
+    L->waiting[0] = '\0';
     for (uint32_t i = 0; i < L->o->servers; i++) {
         if (L->stats_rc[i] == 0 && L->stats_json[i]) {
             zps_runstats_add_server(L->rs, i, L->stats_json[i]);
+            if (!L->waiting[0])
+                waiting_line(L->stats_json[i], L->waiting, sizeof(L->waiting));
             if (L->stats_file) {
                 fprintf(L->stats_file, "{\"wall\":%.6f,\"shard\":%u,\"final\":%s,\"stats\":%s}\n",
                         wall, i, final ? "true" : "false", L->stats_json[i]);

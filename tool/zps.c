@@ -5,6 +5,7 @@
  *   zps push  --servers ... --worker R --clock T --batch N --values G1[,G2...]
  *   zps pull  --servers ... [--worker R] [--clock T] [--timeout-ms MS] [--verbose]
  *   zps stats --servers ...
+ *   zps top --servers ... [--interval SEC] [--once] [--run DIR]
  *   zps checkpoint --servers ...
  *   zps checkpoint inspect FILE
  *   zps keygen PREFIX [--force]
@@ -27,6 +28,7 @@
 #include "launch.h"
 #include "log.h"
 #include "parse.h"
+#include "top.h"
 
 #define EXIT_REFUSED 1
 #define EXIT_USAGE 2
@@ -47,6 +49,9 @@ static void usage(FILE *f)
                "          decimal that reads back as the same float32: [--worker R] [--clock T]\n"
                "          (without --worker: an observer's view, answered at once)\n"
                "  stats   print each server's statistics as one JSON line\n"
+               "  top     a live view of the cluster from its STATS: versions, step rates,\n"
+               "          workers' clocks and lag, and whom a barrier waits for:\n"
+               "          [--interval SEC] [--once] [--run DIR]: zps top --help\n"
                "  checkpoint\n"
                "          have every server write a checkpoint now (needs --checkpoint-dir on\n"
                "          the servers); prints each one's version and file\n"
@@ -350,6 +355,8 @@ int main(int argc, char **argv)
         return zps_cmd_launch(argc - 1, argv + 1);
     if (strcmp(argv[1], "keygen") == 0)
         return zps_cmd_keygen(argc - 1, argv + 1);
+    if (strcmp(argv[1], "top") == 0)
+        return zps_cmd_top(argc - 1, argv + 1);
     if (strcmp(argv[1], "checkpoint") == 0 && argc >= 3 && strcmp(argv[2], "inspect") == 0) {
         if (argc != 4)
             return usage_error("usage: zps checkpoint inspect FILE");
