@@ -49,7 +49,9 @@
     X(ZPS_EINITED, -27, "model already initialised with other values")                             \
     X(ZPS_EUNREACHABLE, -28, "no connection to the server")                                        \
     X(ZPS_ECONFIG, -29, "the shards' configurations differ")                                       \
-    X(ZPS_EPARTIAL, -30, "taken by some shards only")
+    X(ZPS_EPARTIAL, -30, "taken by some shards only")                                              \
+    X(ZPS_EDENIED, -31, "not authorized")                                                          \
+    X(ZPS_EAUTH, -32, "authentication failed")
 
 enum zps_error {
 #define ZPS_ERROR_ENUM(name, value, text) name = value,

@@ -182,6 +182,10 @@ static int recv_message(void *sock, int flags, bool router, bool verify, zps_mes
         }
         int fd = zmq_msg_get(&frame, ZMQ_SRCFD);
         msg->peer.fd = fd >= 0 ? fd : -1;
+        /* Set by ZeroMQ from the ZAP handler's reply, never by the peer. */
+        const char *user = zmq_msg_gets(&frame, "User-Id");
+        if (user && strlen(user) < sizeof(msg->peer.user))
+            memcpy(msg->peer.user, user, strlen(user) + 1);
     }
     count_frame(msg, zmq_msg_size(&frame));
 

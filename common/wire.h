@@ -84,6 +84,10 @@ typedef struct zps_peer {
     size_t len;
     unsigned char id[ZPS_PEER_ID_MAX];
     int fd; /* the descriptor of the connection (ZMQ_SRCFD), or -1: unknown */
+    /* The authenticated key of the connection, in Z85 (the User-Id the
+     * server's ZAP handler gave it; docs/security.md), or "" when the
+     * connection was not authenticated. */
+    char user[41];
 } zps_peer_t;
 
 /* One received message. */
