@@ -20,6 +20,7 @@
 #include <uv.h>
 #include <zmq.h>
 
+#include "auth.h"
 #include "ckpt_queue.h"
 #include "conns.h"
 #include "consistency.h"
@@ -52,10 +53,13 @@ typedef struct zps_daemon {
     uv_poll_t conns_poll; /* the connection monitor's events */
     uv_timer_t watch;     /* unread bytes and memory, every ZPS_CONNS_WATCH_MS */
     uv_signal_t sigint, sigterm;
+    uv_signal_t sighup; /* reloads the authorized keys (with authentication only) */
+    uv_poll_t zap_poll; /* the ZAP handler's socket (with authentication only) */
     bool stopping;
     void *ctx;
     void *sock;
     zps_conns_t conns; /* the accepted connections and their limits */
+    zps_auth_t auth;   /* the ZAP handler and the authorized keys (auth.h) */
 
     /* The shard: its parameters, and the rules that say when they change. */
     zps_store_t store;

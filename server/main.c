@@ -9,6 +9,7 @@
 
 #include "checkpoint.h"
 #include "error.h"
+#include "keys.h"
 #include "log.h"
 #include "opt_flags.h"
 #include "parse.h"
@@ -29,6 +30,14 @@ static void usage(FILE *f)
             "  --workers W            number of training workers (required)\n"
             "  --endpoint-file FILE   write the bound endpoint to FILE once listening\n"
             "  --insecure             allow a non-loopback endpoint without encryption\n"
+            "\n"
+            "Security (docs/security.md):\n"
+            "  --key PREFIX.key       this server's CURVE secret key (zps keygen; mode 0600):\n"
+            "                         every connection is then authenticated and encrypted\n"
+            "  --authorized-keys FILE the keys that may connect, and their roles (worker\n"
+            "                         RANKS, admin, reader); reloaded on SIGHUP\n"
+            "                         Loopback needs neither; any other address needs both,\n"
+            "                         or --insecure\n"
             "\n"
             "Consistency:\n"
             "  --mode bsp|ssp|asp     synchronous, bounded-stale or asynchronous (default bsp)\n"
@@ -82,6 +91,8 @@ enum {
     OPT_WORKERS,
     OPT_ENDPOINT_FILE,
     OPT_INSECURE,
+    OPT_KEY,
+    OPT_AUTHORIZED_KEYS,
     OPT_MODE,
     OPT_STALENESS,
     OPT_BACKUP,
@@ -106,6 +117,8 @@ static const struct option options[] = {
     {"workers", required_argument, NULL, OPT_WORKERS},
     {"endpoint-file", required_argument, NULL, OPT_ENDPOINT_FILE},
     {"insecure", no_argument, NULL, OPT_INSECURE},
+    {"key", required_argument, NULL, OPT_KEY},
+    {"authorized-keys", required_argument, NULL, OPT_AUTHORIZED_KEYS},
     {"mode", required_argument, NULL, OPT_MODE},
     {"staleness", required_argument, NULL, OPT_STALENESS},
     {"backup-workers", required_argument, NULL, OPT_BACKUP},
@@ -143,6 +156,7 @@ int main(int argc, char **argv)
     long l;
     uint64_t u;
     double d;
+    const char *key_file = NULL;
 
     int c;
     while ((c = getopt_long(argc, argv, "", options, NULL)) != -1) {
@@ -166,6 +180,12 @@ int main(int argc, char **argv)
             break;
         case OPT_INSECURE:
             cfg.insecure = true;
+            break;
+        case OPT_KEY:
+            key_file = a;
+            break;
+        case OPT_AUTHORIZED_KEYS:
+            cfg.authorized_keys = a;
             break;
         case OPT_MODE:
             if (zps_mode_parse(a, &cfg.consistency.mode))
@@ -303,15 +323,43 @@ int main(int argc, char **argv)
                 cfg.checkpoint_dir, dir_why);
         return 2;
     }
-    if (!cfg.insecure && !zps_endpoint_is_local(cfg.listen)) {
+    if (!key_file != !cfg.authorized_keys) {
+        fprintf(stderr, "zps-server: --key and --authorized-keys go together\n"
+                        "Try 'zps-server --help'.\n");
+        return 2;
+    }
+    if (!key_file && !cfg.insecure && !zps_endpoint_is_local(cfg.listen)) {
         fprintf(stderr,
                 "zps-server: refusing to listen on %s without encryption; it would accept\n"
-                "unauthenticated peers from the network. Pass --insecure to do it anyway.\n",
+                "unauthenticated peers from the network. Give --key and --authorized-keys\n"
+                "(docs/security.md), or pass --insecure to do it anyway.\n",
                 cfg.listen);
         return 2;
     }
+    /* Keys are checked now, before the shard listens: a secret key others
+     * can read, or a list with a mistake, is a usage error. */
+    zps_keypair_t kp;
+    char key_why[1024];
+    if (key_file) {
+        if (zps_keypair_load(key_file, &kp, key_why, sizeof(key_why)) != 0) {
+            fprintf(stderr, "zps-server: --key: %s\n", key_why);
+            return 2;
+        }
+        zps_authkeys_t *list;
+        if (zps_authkeys_load(cfg.authorized_keys, cfg.consistency.workers, &list, key_why,
+                              sizeof(key_why)) != 0) {
+            zps_keypair_clear(&kp);
+            fprintf(stderr, "zps-server: --authorized-keys: %s\n", key_why);
+            return 2;
+        }
+        zps_authkeys_free(list);
+        cfg.curve_key = &kp;
+    }
     bool unsaved = false;
-    if (zps_server_run(&cfg, &unsaved) == 0)
+    int rc = zps_server_run(&cfg, &unsaved);
+    if (key_file)
+        zps_keypair_clear(&kp);
+    if (rc == 0)
         return 0;
     return unsaved ? 3 : 1;
 }

@@ -26,6 +26,7 @@
 #include <uv.h>
 #include <zmq.h>
 
+#include "auth.h"
 #include "conns.h"
 #include "daemon.h"
 #include "error.h"
@@ -188,6 +189,13 @@ static void handle(zps_daemon_t *d, zps_message_t *m, int rc)
         zps_reply_error(d, &r, ZPS_ETYPE, "a server does not take replies");
         return;
     }
+    /* Authorized before anything, liveness included, is touched: a refused
+     * request changes nothing. */
+    char why[256];
+    if (!zps_auth_allows(&d->auth, &m->peer, &m->hdr, why, sizeof(why))) {
+        zps_reply_error(d, &r, ZPS_EDENIED, "%s", why);
+        return;
+    }
     if (m->hdr.worker >= 0 && (uint32_t)m->hdr.worker < d->cfg->consistency.workers)
         heard_from(d, &r, (uint32_t)m->hdr.worker);
     switch (m->hdr.type) {
@@ -268,6 +276,22 @@ static void on_poll(uv_poll_t *h, int status, int events)
     zps_daemon_drain(d);
 }
 
+static void on_zap(uv_poll_t *h, int status, int events)
+{
+    (void)status;
+    (void)events;
+    zps_daemon_t *d = h->data;
+    zps_auth_serve(&d->auth);
+}
+
+static void on_sighup(uv_signal_t *h, int signum)
+{
+    (void)signum;
+    zps_daemon_t *d = h->data;
+    /* Reads a file of at most ZPS_KEYS_FILE_MAX bytes: short, and rare. */
+    zps_auth_reload(&d->auth);
+}
+
 static void on_conns(uv_poll_t *h, int status, int events)
 {
     (void)status;
@@ -331,6 +355,11 @@ static void stop(zps_daemon_t *d, const char *why)
     uv_close((uv_handle_t *)&d->watch, on_close);
     uv_close((uv_handle_t *)&d->sigint, on_close);
     uv_close((uv_handle_t *)&d->sigterm, on_close);
+    if (d->auth.path) {
+        uv_poll_stop(&d->zap_poll);
+        uv_close((uv_handle_t *)&d->zap_poll, on_close);
+        uv_close((uv_handle_t *)&d->sighup, on_close);
+    }
 }
 
 static void on_signal(uv_signal_t *h, int signum)
@@ -406,6 +435,20 @@ static int open_socket(zps_daemon_t *d)
         return rc;
     }
     zps_conns_set_limits(&d->conns, cfg->max_message_bytes, 0);
+    if (cfg->curve_key) {
+        /* The ZAP handler is bound before the ROUTER, so no handshake
+         * happens without it. */
+        rc = zps_auth_open(&d->auth, d->ctx, cfg->authorized_keys, cfg->consistency.workers);
+        if (rc)
+            return rc;
+        if (zmq_setsockopt(d->sock, ZMQ_CURVE_SERVER, &one, sizeof(one)) != 0 ||
+            zmq_setsockopt(d->sock, ZMQ_CURVE_SECRETKEY, cfg->curve_key->secret_key,
+                           ZPS_KEY_BYTES) != 0 ||
+            zmq_setsockopt(d->sock, ZMQ_ZAP_DOMAIN, "zps", 3) != 0) {
+            zps_error("cannot make the socket a CURVE server: %s", zmq_strerror(zmq_errno()));
+            return ZPS_ESOCKET;
+        }
+    }
     char where[sizeof(d->endpoint)];
     if (bind_address(cfg->listen, where, sizeof(where)) != 0) {
         zps_error("cannot listen on %s: the address is too long", cfg->listen);
@@ -444,6 +487,7 @@ static void release(zps_daemon_t *d)
     zps_store_fini(&d->store);
     if (d->sock && d->conns.monitor)
         zmq_socket_monitor(d->sock, NULL, 0);
+    zps_auth_close(&d->auth);
     zps_conns_close(&d->conns);
     if (d->sock)
         zmq_close(d->sock);
@@ -470,11 +514,22 @@ int zps_server_run(const zps_server_config_t *cfg, bool *unsaved)
     snprintf(d.tag, sizeof(d.tag), "shard %u/%u", cfg->shard_index, cfg->shard_count);
     zps_log_set_tag(d.tag);
 
-    if (!cfg->insecure && !zps_endpoint_is_local(cfg->listen)) {
-        zps_error("refusing to listen on %s without encryption; pass --insecure to accept "
-                  "unauthenticated peers from the network",
-                  cfg->listen);
+    if (!cfg->curve_key != !cfg->authorized_keys) {
+        zps_error("a CURVE server needs both a key pair and an authorized keys file");
         return ZPS_EINVAL;
+    }
+    if (!cfg->curve_key && !zps_endpoint_is_local(cfg->listen)) {
+        if (!cfg->insecure) {
+            zps_error("refusing to listen on %s without encryption; give --key and "
+                      "--authorized-keys, or pass --insecure to accept unauthenticated peers "
+                      "from the network",
+                      cfg->listen);
+            return ZPS_EINVAL;
+        }
+        zps_warn("INSECURE: listening on %s without authentication or encryption: anyone who "
+                 "can reach it can push as any worker, overwrite the model and read it "
+                 "(docs/security.md)",
+                 cfg->listen);
     }
     char why[256];
     int rc = zps_consistency_new(&cfg->consistency, &d.consistency, why, sizeof(why));
@@ -541,6 +596,15 @@ int zps_server_run(const zps_server_config_t *cfg, bool *unsaved)
     }
     uv_signal_start(&d.sigint, on_signal, SIGINT);
     uv_signal_start(&d.sigterm, on_signal, SIGTERM);
+    if (d.auth.path) {
+        uv_poll_init(&d.loop, &d.zap_poll, zps_auth_fd(&d.auth));
+        uv_signal_init(&d.loop, &d.sighup);
+        d.zap_poll.data = d.sighup.data = &d;
+        uv_poll_start(&d.zap_poll, UV_READABLE, on_zap);
+        uv_signal_start(&d.sighup, on_sighup, SIGHUP);
+        /* A handshake that asked before the poll started would not wake it. */
+        zps_auth_serve(&d.auth);
+    }
 
     zps_info("listening on %s: %u workers, mode %s, optimizer %s, lr %g", d.endpoint, w,
              zps_mode_name(cfg->consistency.mode), zps_opt_name(&cfg->opt), cfg->opt.lr);

@@ -28,8 +28,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "optimizer.h"
 #include "consistency.h"
+#include "keys.h"
+#include "optimizer.h"
 
 typedef struct zps_server_config {
     const char *listen;        /* ZeroMQ endpoint to bind, e.g. tcp://127.0.0.1:7100 */
@@ -45,6 +46,12 @@ typedef struct zps_server_config {
     const char *resume_from;    /* start from this checkpoint file */
     uint64_t worker_timeout_ms; /* evict a worker silent this long; 0: never */
     bool insecure;              /* allow a non-loopback endpoint without encryption */
+    /* CURVE (docs/security.md): with both set the ROUTER is a CURVE server
+     * with this key pair, admits only the keys listed in authorized_keys
+     * (reloaded on SIGHUP) and checks every request against their roles.
+     * Both NULL: no authentication. */
+    const zps_keypair_t *curve_key; /* borrowed for the whole run */
+    const char *authorized_keys;
     /* Limits that hold whoever the peer is (conns.h). The largest message
      * before the model is initialised; after, the shard's payload plus
      * ZPS_MAX_HEADER_BYTES when that is smaller. */
