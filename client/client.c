@@ -13,10 +13,13 @@
  * socket, which makes ZeroMQ drop and release it, and opens a new one.
  *
  * Each shard's socket has a ZeroMQ monitor (an inproc PAIR socket) whose
- * events say whether a zps server is connected right now. It is read, never
- * polled, while a call waits: it turns a call's silence into "nothing to talk
- * to" (ZPS_EUNREACHABLE) or "connected, no answer yet" (ZPS_ETIMEDOUT), and
- * goes into the periodic "waiting for server ..." log records.
+ * events say whether a zps server is connected right now. It is read, and
+ * polled with its socket, while a call waits: it turns a call's silence into
+ * "nothing to talk to" (ZPS_EUNREACHABLE) or "connected, no answer yet"
+ * (ZPS_ETIMEDOUT), and goes into the periodic "waiting for server ..." log
+ * records. With CURVE it also reports handshakes the server refused, which
+ * end the call at once (ZPS_EAUTH), and a connection whose handshake never
+ * completes (a wrong server key) is ZPS_EAUTH at the deadline.
  */
 #include "client.h"
 
@@ -32,6 +35,7 @@
 
 #include "error.h"
 #include "json.h"
+#include "keys.h"
 #include "log.h"
 #include "shard.h"
 #include "strbuf.h"
@@ -39,6 +43,7 @@
 #include "wire.h"
 
 #define RETRY_MAX_MS 8000
+#define SEND_AGAIN_MS 50  /* a request the socket could not take is tried again after this */
 #define WAIT_LOG_FACTOR 3 /* later wait records come this many times further apart */
 
 typedef struct conn {
@@ -48,6 +53,9 @@ typedef struct conn {
     unsigned mon_gen;     /* makes each monitor's inproc address unique */
     bool up;              /* a ZMTP handshake with the peer succeeded and it has not gone */
     bool up_in_call;      /* up at some moment of the call in progress */
+    bool tcp_in_call;     /* a transport connection was made during the call in progress */
+    int auth_failed;      /* the last handshake failure reported in this call (a
+                           * ZMQ_EVENT_HANDSHAKE_FAILED_* event), or 0 */
     uint64_t version;     /* model version of this shard's last pull reply (a push's base) */
     uint64_t fingerprint; /* configuration fingerprint of its last reply that was read (0: none) */
     bool refuses;         /* INIT: its probe said it will refuse (another shard, another N) */
@@ -97,12 +105,45 @@ struct zps_client {
 
 void zps_client_opts_default(zps_client_opts_t *opts)
 {
+    memset(opts, 0, sizeof(*opts));
     opts->worker = -1;
     opts->observe = false;
     opts->timeout_ms = 30000;
     opts->retry_ms = 1000;
     opts->heartbeat_ms = 1000;
     opts->wait_log_ms = 10000;
+}
+
+int zps_client_opts_set_keys(zps_client_opts_t *opts, const char *key_file,
+                             const char *server_key_file, char *why, size_t why_size)
+{
+    zps_keypair_t kp;
+    uint8_t server[ZPS_KEY_BYTES];
+    char sub[512];
+    int rc = zps_keypair_load(key_file, &kp, sub, sizeof(sub));
+    if (rc) {
+        zps_set_reason(why, why_size, "--key: %s", sub);
+        return rc;
+    }
+    rc = zps_pubkey_load(server_key_file, server, sub, sizeof(sub));
+    if (rc) {
+        zps_keypair_clear(&kp);
+        zps_set_reason(why, why_size, "--server-key: %s", sub);
+        return rc;
+    }
+    opts->curve = true;
+    memcpy(opts->curve_public_key, kp.public_key, ZPS_KEY_BYTES);
+    memcpy(opts->curve_secret_key, kp.secret_key, ZPS_KEY_BYTES);
+    memcpy(opts->curve_server_key, server, ZPS_KEY_BYTES);
+    zps_keypair_clear(&kp);
+    return 0;
+}
+
+void zps_client_opts_clear(zps_client_opts_t *opts)
+{
+    volatile uint8_t *secret = opts->curve_secret_key;
+    for (size_t i = 0; i < sizeof(opts->curve_secret_key); i++)
+        secret[i] = 0;
 }
 
 __attribute__((format(printf, 2, 3))) static void set_error(zps_client_t *c, const char *fmt, ...)
@@ -124,7 +165,9 @@ static void open_monitor(zps_client_t *c, conn_t *k)
     snprintf(addr, sizeof(addr), "inproc://zps-client-monitor-%p-%zu-%u", (void *)c,
              (size_t)(k - c->conns), k->mon_gen++);
     k->up = false;
-    int events = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED;
+    int events = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECTED |
+                 ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                 ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
     if (zmq_socket_monitor(k->sock, addr, events) == 0) {
         k->mon = zmq_socket(c->ctx, ZMQ_PAIR);
         if (k->mon && zmq_connect(k->mon, addr) == 0) {
@@ -171,10 +214,18 @@ static void read_monitor(conn_t *k)
                 more = zmq_msg_more(&m);
             zmq_msg_close(&m);
         }
-        if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED)
+        if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
             k->up = k->up_in_call = true;
-        else if (event == ZMQ_EVENT_DISCONNECTED)
+            k->auth_failed = 0;
+        } else if (event == ZMQ_EVENT_DISCONNECTED) {
             k->up = false;
+        } else if (event == ZMQ_EVENT_CONNECTED) {
+            k->tcp_in_call = true;
+        } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH ||
+                   event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
+                   event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
+            k->auth_failed = event;
+        }
     }
 }
 
@@ -187,11 +238,30 @@ static void allow_ipv6(void *sock, const char *endpoint)
         zmq_setsockopt(sock, ZMQ_IPV6, &one, sizeof(one));
 }
 
+/* Makes sock a CURVE client when the options ask for it; before it connects. */
+static int secure(const zps_client_t *c, void *sock)
+{
+    if (!c->opts.curve)
+        return 0;
+    const zps_client_opts_t *o = &c->opts;
+    if (zmq_setsockopt(sock, ZMQ_CURVE_SERVERKEY, o->curve_server_key, 32) != 0 ||
+        zmq_setsockopt(sock, ZMQ_CURVE_PUBLICKEY, o->curve_public_key, 32) != 0 ||
+        zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, o->curve_secret_key, 32) != 0)
+        return ZPS_ESOCKET;
+    return 0;
+}
+
 static int open_conn(zps_client_t *c, conn_t *k)
 {
     k->sock = zmq_socket(c->ctx, ZMQ_DEALER);
     if (!k->sock)
         return ZPS_ESOCKET;
+    if (secure(c, k->sock) != 0) {
+        set_error(c, "%s: cannot use CURVE: %s", k->endpoint, zmq_strerror(zmq_errno()));
+        zmq_close(k->sock);
+        k->sock = NULL;
+        return ZPS_ESOCKET;
+    }
     int linger = 0;
     zmq_setsockopt(k->sock, ZMQ_LINGER, &linger, sizeof(linger));
     allow_ipv6(k->sock, k->endpoint);
@@ -223,7 +293,7 @@ static void *heartbeat_main(void *arg)
     int zero = 0, one = 1;
     for (size_t i = 0; i < n; i++) {
         socks[i] = zmq_socket(c->ctx, ZMQ_DEALER);
-        if (!socks[i])
+        if (!socks[i] || secure(c, socks[i]) != 0)
             goto done;
         zmq_setsockopt(socks[i], ZMQ_LINGER, &zero, sizeof(zero));
         zmq_setsockopt(socks[i], ZMQ_IMMEDIATE, &one, sizeof(one));
@@ -317,7 +387,7 @@ int zps_client_new(const char *const *endpoints, size_t count, const zps_client_
     c->next_id = (zps_now_ns() ^ ((uint64_t)getpid() << 40)) & 0x7fffffffffffffffull;
     c->ctx = zmq_ctx_new();
     c->conns = calloc(count, sizeof(conn_t));
-    c->items = calloc(count, sizeof(zmq_pollitem_t));
+    c->items = calloc(2 * count, sizeof(zmq_pollitem_t)); /* each socket and its monitor */
     int rc = c->ctx && c->conns && c->items ? 0 : ZPS_ENOMEM;
     c->nconns = count;
     for (size_t i = 0; i < count && rc == 0; i++) {
@@ -352,6 +422,7 @@ void zps_client_free(zps_client_t *c)
     pthread_mutex_destroy(&c->mu);
     free(c->conns);
     free(c->items);
+    zps_client_opts_clear(&c->opts);
     free(c);
 }
 
@@ -432,12 +503,15 @@ static int send_request(zps_client_t *c, conn_t *k)
         pthread_mutex_unlock(&c->mu);
         ffn = payload_released;
     }
-    /* A DEALER queues while its server is away, so this does not block. A
-     * payload's checksum was computed with its finite check (sum_slices). */
-    int rc = k->payload
-                 ? zps_wire_send_summed(k->sock, NULL, &k->req, k->payload, k->count, ffn, c, 0)
-                 : zps_wire_send(k->sock, NULL, &k->req, NULL, 0, NULL, NULL, 0);
-    if (rc)
+    /* A DEALER queues while its server is away, but not while it has no
+     * pipe at all, as after a refused CURVE handshake until it reconnects:
+     * so never wait here. ZPS_EAGAIN (nothing sent, the payload released)
+     * is for the caller to try again soon. A payload's checksum was computed
+     * with its finite check (sum_slices). */
+    int rc = k->payload ? zps_wire_send_summed(k->sock, NULL, &k->req, k->payload, k->count, ffn, c,
+                                               ZMQ_DONTWAIT)
+                        : zps_wire_send(k->sock, NULL, &k->req, NULL, 0, NULL, NULL, ZMQ_DONTWAIT);
+    if (rc && rc != ZPS_EAGAIN)
         set_error(c, "%s: send failed: %s", k->endpoint, zmq_strerror(zmq_errno()));
     return rc;
 }
@@ -594,11 +668,17 @@ static int exchange(zps_client_t *c, bool all)
             continue;
         read_monitor(k);
         k->up_in_call = k->up;
+        k->tcp_in_call = k->up;
+        k->auth_failed = 0;
         k->pending = true;
         k->backoff_ms = c->opts.retry_ms;
         k->resend_at_ns =
             c->opts.retry_ms > 0 ? now + (uint64_t)c->opts.retry_ms * 1000000ull : UINT64_MAX;
         rc = send_request(c, k);
+        if (rc == ZPS_EAGAIN) {
+            rc = 0;
+            k->resend_at_ns = now + SEND_AGAIN_MS * 1000000ull;
+        }
         waiting++;
     }
 
@@ -607,6 +687,22 @@ static int exchange(zps_client_t *c, bool all)
         for (size_t i = 0; i < c->nconns; i++)
             if (c->conns[i].pending)
                 read_monitor(&c->conns[i]);
+        /* A handshake the server refused will not succeed on a retry: say
+         * so now rather than at the deadline. */
+        for (size_t i = 0; i < c->nconns && rc == 0; i++) {
+            conn_t *k = &c->conns[i];
+            if (k->pending && k->auth_failed && !k->up) {
+                set_error(c, "authentication failed for %s (%s)", k->endpoint,
+                          k->auth_failed == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH
+                              ? "the server does not accept this key"
+                          : c->opts.curve
+                              ? "the CURVE handshake failed: is --server-key this server's key?"
+                              : "the server requires CURVE: give --key and --server-key");
+                k->outcome = rc = ZPS_EAUTH;
+            }
+        }
+        if (rc)
+            break;
         if (now >= deadline) {
             /* Name a server that was never there first: that is the likelier mistake. */
             char took[32];
@@ -622,6 +718,19 @@ static int exchange(zps_client_t *c, bool all)
                     set_error(c, "no answer from %s within %s (is a server running there?)",
                               k->endpoint, took);
                     break;
+                }
+            }
+            /* With CURVE, a server that accepts the connection but never
+             * completes the handshake holds another key than --server-key
+             * (or is not a CURVE server). */
+            for (size_t i = 0; c->opts.curve && rc == ZPS_EUNREACHABLE && i < c->nconns; i++) {
+                conn_t *k = &c->conns[i];
+                if (k->pending && !k->up_in_call && k->tcp_in_call) {
+                    rc = k->outcome = ZPS_EAUTH;
+                    set_error(c,
+                              "authentication failed for %s: connected, but no CURVE handshake "
+                              "completed within %s (is --server-key this server's key?)",
+                              k->endpoint, took);
                 }
             }
             for (size_t i = 0; rc == ZPS_ETIMEDOUT && i < c->nconns; i++) {
@@ -646,10 +755,19 @@ static int exchange(zps_client_t *c, bool all)
             if (k->resend_at_ns <= now) {
                 zps_debug("%s: no reply after %d ms, sending request %llu again", k->endpoint,
                           k->backoff_ms, (unsigned long long)k->req.request_id);
-                if ((rc = send_request(c, k)) != 0)
+                rc = send_request(c, k);
+                if (rc == ZPS_EAGAIN) {
+                    rc = 0;
+                    k->resend_at_ns = now + SEND_AGAIN_MS * 1000000ull;
+                } else if (rc != 0) {
                     break;
-                k->backoff_ms = k->backoff_ms * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : k->backoff_ms * 2;
-                k->resend_at_ns = now + (uint64_t)k->backoff_ms * 1000000ull;
+                } else if (c->opts.retry_ms <= 0) {
+                    k->resend_at_ns = UINT64_MAX; /* sent once, as asked */
+                } else {
+                    k->backoff_ms =
+                        k->backoff_ms * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : k->backoff_ms * 2;
+                    k->resend_at_ns = now + (uint64_t)k->backoff_ms * 1000000ull;
+                }
             }
             if (k->resend_at_ns < wake)
                 wake = k->resend_at_ns;
@@ -658,6 +776,14 @@ static int exchange(zps_client_t *c, bool all)
             c->items[n].events = ZMQ_POLLIN;
             c->items[n].revents = 0;
             n++;
+            /* The monitor too: a refused handshake ends the call now. */
+            if (k->mon) {
+                c->items[n].socket = k->mon;
+                c->items[n].fd = 0;
+                c->items[n].events = ZMQ_POLLIN;
+                c->items[n].revents = 0;
+                n++;
+            }
         }
         if (rc)
             break;

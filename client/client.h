@@ -63,11 +63,41 @@ typedef struct zps_client_opts {
     int wait_log_ms;  /* a call still waiting after this long logs what it waits for (which
                        * server, which request, for how long), then again every 3 times as
                        * long; 0: never */
+    /* CURVE (docs/security.md). When `curve` is set every socket of the
+     * client is a CURVE client with this key pair (binary, 32 bytes each,
+     * as common/keys.h's zps_keypair_load reads them) that only talks to a
+     * server holding the secret of curve_server_key (zps_pubkey_load). The
+     * client keeps its own copy, cleared when it is freed. A handshake the
+     * server refuses (an unlisted key), or one that never completes on a
+     * connected socket (a wrong server key), fails the call with ZPS_EAUTH
+     * and zps_client_last_error says "authentication failed for ENDPOINT":
+     * a refusal as soon as it is reported, a silent one at the call's
+     * deadline. A request the server refuses for the key's role is
+     * ZPS_EREMOTE with zps_client_last_remote_status ZPS_EDENIED. */
+    bool curve;
+    uint8_t curve_public_key[32];
+    uint8_t curve_secret_key[32];
+    uint8_t curve_server_key[32];
 } zps_client_opts_t;
 
 /* worker -1, timeout 30 s, retry 1 s, heartbeat 1 s (only used when worker >= 0),
- * wait log after 10 s and then every 30 s. */
+ * wait log after 10 s and then every 30 s, no CURVE. */
 void zps_client_opts_default(zps_client_opts_t *opts);
+
+/*
+ * Turns CURVE on in opts with the secret key file key_file (PREFIX.key:
+ * refused when group or others may read it) and the server's public key
+ * file server_key_file (SERVER.pub), read with common/keys.h. Returns 0, or
+ * that module's ZPS_EIO / ZPS_EINVAL / ZPS_ENOMEM with the reason in why
+ * (naming the file); opts is changed only on success. Blocks on the file
+ * system. The caller clears opts's secret (zps_client_opts_clear) once it
+ * has made its client.
+ */
+int zps_client_opts_set_keys(zps_client_opts_t *opts, const char *key_file,
+                             const char *server_key_file, char *why, size_t why_size);
+
+/* Overwrites the secret key in opts with zeros, in a way the compiler keeps. */
+void zps_client_opts_clear(zps_client_opts_t *opts);
 
 /*
  * Connects to `count` servers (ZeroMQ endpoints such as

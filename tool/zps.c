@@ -10,6 +10,9 @@
  *   zps checkpoint inspect FILE
  *   zps keygen PREFIX [--force]
  *
+ * Every command that talks to servers takes --key PREFIX.key --server-key
+ * SERVER.pub for servers started with --key (docs/security.md).
+ *
  * Exit status: 0 success, 1 a server refused (its reason on stderr) or did
  * not answer within the deadline, 2 bad usage, 3 a pull that timed out: its
  * servers were connected but held it back (the clock is not reached yet).
@@ -62,16 +65,20 @@ static void usage(FILE *f)
                "          its own flags: zps launch --help\n"
                "  keygen PREFIX [--force]\n"
                "          write a new CURVE key pair: PREFIX.key (secret, mode 0600) and\n"
-               "          PREFIX.pub (public); servers do not use keys yet: zps keygen --help\n"
+               "          PREFIX.pub (public): zps keygen --help, docs/security.md\n"
                "\n"
                "Options:\n"
                "  --servers LIST     server endpoints in shard order, comma-separated\n"
                "  --timeout-ms MS    give up after MS milliseconds (default 10000; -1: never)\n"
                "  --retry-ms MS      resend an unanswered request after MS ms (default 1000)\n"
+               "  --key PREFIX.key   this client's CURVE secret key (servers with --key)\n"
+               "  --server-key SERVER.pub\n"
+               "                     the servers' public key (with --key)\n"
                "  --verbose          pull: print model versions and min_clock on stderr\n"
                "  --help             this text\n"
                "\n"
-               "Exit status: 0 success; 1 a server refused (its reason on stderr), or did not\n"
+               "Exit status: 0 success; 1 a server refused (its reason on stderr: with keys,\n"
+               "\"authentication failed for ENDPOINT\" or the role the key lacks), or did not\n"
                "answer within the deadline (a wrong address, no server running); 2 bad usage;\n"
                "3 a pull that timed out: the servers are there but hold it back because its\n"
                "clock is not reached yet.\n");
@@ -90,6 +97,8 @@ typedef struct args {
     long timeout_ms;
     long retry_ms;
     bool verbose;
+    const char *key;        /* --key PREFIX.key */
+    const char *server_key; /* --server-key SERVER.pub */
 } args_t;
 
 __attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...)
@@ -115,6 +124,8 @@ static int parse_args(int argc, char **argv, args_t *a)
         O_TIMEOUT,
         O_RETRY,
         O_VERBOSE,
+        O_KEY,
+        O_SERVER_KEY,
         O_HELP
     };
     static const struct option opts[] = {
@@ -127,6 +138,8 @@ static int parse_args(int argc, char **argv, args_t *a)
         {"timeout-ms", required_argument, NULL, O_TIMEOUT},
         {"retry-ms", required_argument, NULL, O_RETRY},
         {"verbose", no_argument, NULL, O_VERBOSE},
+        {"key", required_argument, NULL, O_KEY},
+        {"server-key", required_argument, NULL, O_SERVER_KEY},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0},
     };
@@ -174,6 +187,12 @@ static int parse_args(int argc, char **argv, args_t *a)
         case O_VERBOSE:
             a->verbose = true;
             break;
+        case O_KEY:
+            a->key = optarg;
+            break;
+        case O_SERVER_KEY:
+            a->server_key = optarg;
+            break;
         case O_HELP:
             usage(stdout);
             exit(0);
@@ -186,6 +205,8 @@ static int parse_args(int argc, char **argv, args_t *a)
         return usage_error("unexpected argument '%s'", argv[optind]);
     if (!a->servers)
         return usage_error("--servers is required");
+    if (!a->key != !a->server_key)
+        return usage_error("--key and --server-key go together");
     return 0;
 }
 
@@ -397,8 +418,17 @@ int main(int argc, char **argv)
     opts.heartbeat_ms = 0; /* one request, then gone: nothing to keep alive */
     if (opts.timeout_ms >= 0)
         opts.wait_log_ms = 0; /* the deadline's message says it all */
+    if (a.key) {
+        char why[1024];
+        if (zps_client_opts_set_keys(&opts, a.key, a.server_key, why, sizeof(why)) != 0) {
+            fprintf(stderr, "zps: %s\n", why);
+            free(servers);
+            return EXIT_USAGE;
+        }
+    }
     zps_client_t *c;
     int rc = zps_client_new((const char *const *)servers, nservers, &opts, &c);
+    zps_client_opts_clear(&opts);
     if (rc) {
         fprintf(stderr, "zps: cannot use --servers '%s': %s\n", a.servers, zps_strerror(rc));
         free(servers);

@@ -660,6 +660,18 @@ static int wait_for_peers(trainer_t *T, zps_client_t *c)
     }
 }
 
+/* CURVE for the client's sockets, when the configuration names keys. */
+static int secure_opts(const zps_trainer_config_t *cfg, zps_client_opts_t *co)
+{
+    if (!cfg->key_file)
+        return 0;
+    char why[1024];
+    int rc = zps_client_opts_set_keys(co, cfg->key_file, cfg->server_key_file, why, sizeof(why));
+    if (rc)
+        zps_error("%s", why);
+    return rc;
+}
+
 static int run_distributed(trainer_t *T)
 {
     const zps_trainer_config_t *cfg = T->cfg;
@@ -673,7 +685,10 @@ static int run_distributed(trainer_t *T)
     co.timeout_ms = cfg->timeout_ms;
     co.wait_log_ms = cfg->wait_log_ms;
     zps_client_t *client = NULL;
-    int rc = zps_client_new(cfg->servers, cfg->server_count, &co, &client);
+    int rc = secure_opts(cfg, &co);
+    if (rc == 0)
+        rc = zps_client_new(cfg->servers, cfg->server_count, &co, &client);
+    zps_client_opts_clear(&co);
     if (rc) {
         zps_error("cannot create the client: %s", zps_strerror(rc));
         return rc;
@@ -787,7 +802,10 @@ static int run_evaluator(trainer_t *T)
     co.observe = true;
     co.timeout_ms = cfg->timeout_ms;
     co.wait_log_ms = cfg->wait_log_ms;
-    int rc = zps_client_new(cfg->servers, cfg->server_count, &co, &client);
+    int rc = secure_opts(cfg, &co);
+    if (rc == 0)
+        rc = zps_client_new(cfg->servers, cfg->server_count, &co, &client);
+    zps_client_opts_clear(&co);
     if (rc) {
         zps_error("cannot create the client: %s", zps_strerror(rc));
         return rc;

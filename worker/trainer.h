@@ -50,6 +50,11 @@ typedef struct zps_trainer_config {
     bool evaluator;   /* observe and evaluate the servers' model; train nothing */
     bool evaluate;    /* rank 0: evaluate (off when an evaluator process does) */
 
+    /* CURVE (docs/security.md): the secret key file (PREFIX.key) and the
+     * servers' public key file (SERVER.pub); both NULL: no CURVE */
+    const char *key_file;
+    const char *server_key_file;
+
     /* what to train */
     const char *model;    /* spec (model.h); NULL: the data's default */
     const char *data;     /* "fashion-mnist" or "synthetic[:options]" */

@@ -29,6 +29,8 @@ const zps_worker_flag_t zps_worker_flag_table[ZPS_WORKER_FLAG_COUNT] = {
      "milliseconds >= 1, or -1 to wait forever"},
     {ZPS_WORKER_FLAG_WAIT_LOG, "wait-log-ms", ZPS_WORKER_VALUE_LONG, CLUSTER, 0, 86400000,
      "milliseconds >= 0 (0: never)"},
+    {ZPS_WORKER_FLAG_KEY, "key", ZPS_WORKER_VALUE_STRING, CLUSTER, 0, 0, NULL},
+    {ZPS_WORKER_FLAG_SERVER_KEY, "server-key", ZPS_WORKER_VALUE_STRING, CLUSTER, 0, 0, NULL},
     {ZPS_WORKER_FLAG_INIT_ONLY, "init-only", ZPS_WORKER_VALUE_NONE, CLUSTER, 0, 0, NULL},
     {ZPS_WORKER_FLAG_LOCAL, "local", ZPS_WORKER_VALUE_NONE, CLUSTER, 0, 0, NULL},
     {ZPS_WORKER_FLAG_EVALUATOR, "evaluator", ZPS_WORKER_VALUE_NONE, CLUSTER, 0, 0, NULL},

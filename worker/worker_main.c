@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "client.h"
 #include "error.h"
 #include "log.h"
 #include "opt_flags.h"
@@ -40,6 +41,10 @@ static void usage(FILE *f)
             "  --wait-log-ms MS       a pull or push still waiting after MS ms logs which\n"
             "                         server it waits for, then every 3*MS (default 10000;\n"
             "                         0: never)\n"
+            "  --key PREFIX.key       this worker's CURVE secret key, for servers started\n"
+            "                         with --key (docs/security.md)\n"
+            "  --server-key SERVER.pub\n"
+            "                         the servers' public key (with --key)\n"
             "  --init-only            rank 0: initialise the servers' model, then exit\n"
             "  --local                no servers: simulate W workers' data order in one\n"
             "                         process and apply the optimizer here\n"
@@ -149,7 +154,7 @@ int main(int argc, char **argv)
     zps_opt_flags_init(&optf);
     zps_straggler_flags_t stf;
     zps_straggler_flags_init(&stf);
-    char why[256];
+    char why[1024];
     bool have_servers = false;
     struct option options[N_OPTIONS];
     build_options(options);
@@ -204,6 +209,12 @@ int main(int argc, char **argv)
             break;
         case ZPS_WORKER_FLAG_WAIT_LOG:
             cfg.wait_log_ms = (int)v.l;
+            break;
+        case ZPS_WORKER_FLAG_KEY:
+            cfg.key_file = a;
+            break;
+        case ZPS_WORKER_FLAG_SERVER_KEY:
+            cfg.server_key_file = a;
             break;
         case ZPS_WORKER_FLAG_INIT_ONLY:
             cfg.init_only = true;
@@ -304,6 +315,23 @@ int main(int argc, char **argv)
         rc = bad_usage("--evaluator only observes and evaluates: drop --local, --init-only and "
                        "--no-eval");
         goto out;
+    }
+    if (!cfg.key_file != !cfg.server_key_file) {
+        rc = bad_usage("--key and --server-key go together");
+        goto out;
+    }
+    if (cfg.key_file) {
+        /* A key file that cannot be used (a secret others may read) is a
+         * usage error, found before anything starts. */
+        zps_client_opts_t probe;
+        zps_client_opts_default(&probe);
+        int krc =
+            zps_client_opts_set_keys(&probe, cfg.key_file, cfg.server_key_file, why, sizeof(why));
+        zps_client_opts_clear(&probe);
+        if (krc != 0) {
+            rc = bad_usage(why);
+            goto out;
+        }
     }
     if (cfg.init_only && cfg.rank != 0) {
         rc = bad_usage("--init-only is for worker 0, which initialises the model");
