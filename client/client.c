@@ -53,9 +53,10 @@ typedef struct conn {
     unsigned mon_gen;     /* makes each monitor's inproc address unique */
     bool up;              /* a ZMTP handshake with the peer succeeded and it has not gone */
     bool up_in_call;      /* up at some moment of the call in progress */
-    bool tcp_in_call;     /* a transport connection was made during the call in progress */
-    int auth_failed;      /* the last handshake failure reported in this call (a
-                           * ZMQ_EVENT_HANDSHAKE_FAILED_* event), or 0 */
+    bool tcp_seen;        /* a transport connection was made on this socket */
+    int auth_failed;      /* the handshake failure (a ZMQ_EVENT_HANDSHAKE_FAILED_* event)
+                           * reported since this socket's last successful handshake, or 0:
+                           * libzmq may not try again after one, so it is kept */
     uint64_t version;     /* model version of this shard's last pull reply (a push's base) */
     uint64_t fingerprint; /* configuration fingerprint of its last reply that was read (0: none) */
     bool refuses;         /* INIT: its probe said it will refuse (another shard, another N) */
@@ -165,6 +166,8 @@ static void open_monitor(zps_client_t *c, conn_t *k)
     snprintf(addr, sizeof(addr), "inproc://zps-client-monitor-%p-%zu-%u", (void *)c,
              (size_t)(k - c->conns), k->mon_gen++);
     k->up = false;
+    k->tcp_seen = false;
+    k->auth_failed = 0;
     int events = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECTED |
                  ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
                  ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
@@ -220,7 +223,7 @@ static void read_monitor(conn_t *k)
         } else if (event == ZMQ_EVENT_DISCONNECTED) {
             k->up = false;
         } else if (event == ZMQ_EVENT_CONNECTED) {
-            k->tcp_in_call = true;
+            k->tcp_seen = true;
         } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH ||
                    event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
                    event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
@@ -668,8 +671,6 @@ static int exchange(zps_client_t *c, bool all)
             continue;
         read_monitor(k);
         k->up_in_call = k->up;
-        k->tcp_in_call = k->up;
-        k->auth_failed = 0;
         k->pending = true;
         k->backoff_ms = c->opts.retry_ms;
         k->resend_at_ns =
@@ -725,7 +726,7 @@ static int exchange(zps_client_t *c, bool all)
              * (or is not a CURVE server). */
             for (size_t i = 0; c->opts.curve && rc == ZPS_EUNREACHABLE && i < c->nconns; i++) {
                 conn_t *k = &c->conns[i];
-                if (k->pending && !k->up_in_call && k->tcp_in_call) {
+                if (k->pending && !k->up_in_call && k->tcp_seen) {
                     rc = k->outcome = ZPS_EAUTH;
                     set_error(c,
                               "authentication failed for %s: connected, but no CURVE handshake "

@@ -8,8 +8,9 @@
 #     pulling as another rank, a reader key pushing (ZPS_EDENIED);
 #   - allowed: admin INIT and CHECKPOINT, a worker's push and pull for its
 #     own rank, a reader's stats and observer pull;
-#   - SIGHUP: a removed key is refused from then on; a bad file keeps the
-#     old list;
+#   - SIGHUP: a removed key is refused from then on, on a new connection
+#     (handshake) and on one opened before (a training zps-worker stops at
+#     its next request with ZPS_EDENIED); a bad file keeps the old list;
 #   - start-up: a secret key others may read, --key without
 #     --authorized-keys, and a non-loopback address without keys (and
 #     without --insecure) are usage errors (2), before anything listens.
@@ -134,6 +135,35 @@ chmod 644 loose-w0.key
 expect_status 2 "$worker_bin" --servers "$main" --rank 0 --workers 3 --data synthetic \
     --key "$dir/loose-w0.key" --server-key "$dir/srv.pub"
 grep -q "chmod 600" "$dir/err" || fail "zps-worker loose key: $(cat "$dir/err")"
+
+# --- SIGHUP on an open connection: a training worker is refused at its next request ---
+authorized
+start_server rev --workers 3 --mode asp --key "$dir/srv.key" --authorized-keys "$dir/ak"
+rev=$ep
+rev_pid=${pids[-1]}
+"$worker_bin" --servers "$rev" --rank 0 --workers 3 --data synthetic --init-only --no-progress \
+    --key "$dir/adm.key" --server-key "$dir/srv.pub" 2>"$dir/init.err" ||
+    fail "admin worker 0 --init-only: $(cat "$dir/init.err")"
+set +e
+"$worker_bin" --servers "$rev" --rank 2 --workers 3 --data synthetic --clocks 1000 \
+    --base-step-ms 10 --no-progress --timeout 5000 --key "$dir/w2.key" \
+    --server-key "$dir/srv.pub" >/dev/null 2>"$dir/w2.err" &
+w2_pid=$!
+set -e
+pids+=("$w2_pid")
+for _ in $(seq 1 500); do grep -q '"rank2"\|worker 2' "$dir/w2.err" 2>/dev/null && break; sleep 0.01; done
+sleep 0.5
+kill -0 "$w2_pid" 2>/dev/null || fail "worker 2 ended before the revocation: $(cat "$dir/w2.err")"
+authorized no-w2
+kill -HUP "$rev_pid"
+t0=$(now_ms)
+set +e
+wait "$w2_pid"
+w2_status=$?
+set -e
+[ "$w2_status" -eq 1 ] || fail "revoked worker 2 exited $w2_status: $(cat "$dir/w2.err")"
+grep -q "ZPS_EDENIED" "$dir/w2.err" || fail "revoked worker 2: $(tail -3 "$dir/w2.err")"
+[ $(( $(now_ms) - t0 )) -lt 4000 ] || fail "revoked worker 2 took too long to stop"
 
 # --- start-up refusals (usage, 2), before anything listens ---
 cp srv.key loose.key
