@@ -297,6 +297,12 @@ static int parse_where(const char *where, struct sockaddr_storage *sa, char *why
     return ZPS_EINVAL;
 }
 
+int zps_metrics_http_check(const char *where, char *why, size_t why_size)
+{
+    struct sockaddr_storage sa;
+    return parse_where(where, &sa, why, why_size);
+}
+
 int zps_metrics_http_start(const char *where, zps_metrics_http_t **out, char *why, size_t why_size)
 {
     struct sockaddr_storage sa;

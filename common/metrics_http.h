@@ -41,6 +41,9 @@ typedef struct zps_metrics_http_stats {
  */
 int zps_metrics_http_start(const char *where, zps_metrics_http_t **out, char *why, size_t why_size);
 
+/* Checks that `where` is an address zps_metrics_http_start takes: 0 or ZPS_EINVAL (why). */
+int zps_metrics_http_check(const char *where, char *why, size_t why_size);
+
 /* The address it listens on, "HOST:PORT" with the port it got. */
 const char *zps_metrics_http_address(const zps_metrics_http_t *h);
 

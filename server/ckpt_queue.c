@@ -13,6 +13,7 @@
 #include "error.h"
 #include "log.h"
 #include "strbuf.h"
+#include "timeutil.h"
 
 /*
  * One checkpoint: a copy of the shard's state taken on the loop, written by
@@ -28,6 +29,7 @@ typedef struct zps_ckpt_job {
     bool has_requester; /* a CHECKPOINT request waits for the outcome */
     zps_peer_t peer;
     zps_header_t req;
+    uint64_t started_ns; /* when its write began */
     struct zps_ckpt_job *next;
 } zps_ckpt_job_t;
 
@@ -120,6 +122,8 @@ static void report(zps_daemon_t *d, zps_ckpt_job_t *j)
             q->saved_version = j->snap.version;
         }
         snprintf(d->ckpts.last_path, sizeof(d->ckpts.last_path), "%s", j->path);
+        q->written_ns = zps_now_ns();
+        q->write_ns = q->written_ns - j->started_ns;
         zps_info("checkpoint of version %llu written to %s", (unsigned long long)j->snap.version,
                  j->path);
     } else {
@@ -179,6 +183,7 @@ static void start_next(zps_daemon_t *d)
     q->nwaiting--;
     q->running = j;
     j->work.data = j;
+    j->started_ns = zps_now_ns();
     int rc = uv_queue_work(&d->loop, &j->work, ckpt_work, ckpt_after);
     if (rc != 0) {
         j->rc = ZPS_EIO;

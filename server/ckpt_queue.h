@@ -50,6 +50,8 @@ typedef struct zps_ckpt_queue {
     unsigned exit_attempts; /* checkpoints taken for that so far */
     bool exit_given_up;     /* ... and none of them could be written */
     char last_path[4096];   /* the newest written (or resumed from); "" if none */
+    uint64_t written_ns;    /* when this process last wrote one (zps_now_ns); 0: never */
+    uint64_t write_ns;      /* how long that write took, from the threadpool's start */
 } zps_ckpt_queue_t;
 
 /*

@@ -25,6 +25,7 @@
 #include "conns.h"
 #include "consistency.h"
 #include "hist.h"
+#include "metrics_http.h"
 #include "reply_cache.h"
 #include "server.h"
 #include "stats.h"
@@ -58,8 +59,10 @@ typedef struct zps_daemon {
     bool stopping;
     void *ctx;
     void *sock;
-    zps_conns_t conns; /* the accepted connections and their limits */
-    zps_auth_t auth;   /* the ZAP handler and the authorized keys (auth.h) */
+    zps_conns_t conns;           /* the accepted connections and their limits */
+    zps_metrics_http_t *metrics; /* --metrics-listen's endpoint, or NULL */
+    uv_timer_t publish;          /* publishes the metrics' text once a second */
+    zps_auth_t auth;             /* the ZAP handler and the authorized keys (auth.h) */
 
     /* The shard: its parameters, and the rules that say when they change. */
     zps_store_t store;
@@ -83,6 +86,8 @@ typedef struct zps_daemon {
     /* Figures for STATS (stats.c). */
     zps_counters_t count;
     zps_vhist_t update_staleness; /* per applied push: updates between its pull and its step */
+    zps_vhist_t clock_lag;        /* per push taken: clocks behind the furthest pushed */
+    uint64_t furthest_clock;      /* the furthest clock any push taken has had */
     zps_thist_t pull_wait;        /* workers' pulls: time parked */
     uint64_t started_ns;
 

@@ -377,6 +377,12 @@ void zps_handle_push(zps_daemon_t *d, zps_request_t *r)
 
     zps_header_t h;
     size_t where = 0;
+    if (dec.action == ZPS_PUSH_APPLY || dec.action == ZPS_PUSH_BUFFER) {
+        /* Clock lag: how far this push is behind the furthest one taken. */
+        if (req->clock > d->furthest_clock)
+            d->furthest_clock = req->clock;
+        zps_vhist_add(&d->clock_lag, d->furthest_clock - req->clock);
+    }
     switch (dec.action) {
     case ZPS_PUSH_APPLY:
         rc = zps_store_apply_bounded(&d->store, grad, g_max, dec.lr_scale, &where);

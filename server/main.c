@@ -11,6 +11,7 @@
 #include "error.h"
 #include "keys.h"
 #include "log.h"
+#include "metrics_http.h"
 #include "opt_flags.h"
 #include "parse.h"
 #include "server.h"
@@ -74,6 +75,12 @@ static void usage(FILE *f)
             "                         initialised (default 4294967296); after, the shard's\n"
             "                         payload plus 64 KiB when that is smaller\n"
             "\n"
+            "Monitoring (docs/operations.md):\n"
+            "  --metrics-listen HOST:PORT\n"
+            "                         serve Prometheus metrics at http://HOST:PORT/metrics\n"
+            "                         (HOST numeric or localhost; port 0 picks one, logged\n"
+            "                         and shown by zps stats as \"metrics\")\n"
+            "\n"
             "Other:\n"
             "  --log-level LEVEL      debug, info, warn, error (default info)\n"
             "  --help                 this text\n"
@@ -108,6 +115,7 @@ enum {
     OPT_MAX_CONNS,
     OPT_MAX_CONNS_HOST,
     OPT_MAX_MESSAGE,
+    OPT_METRICS_LISTEN,
     OPT_HELP,
 };
 
@@ -135,6 +143,7 @@ static const struct option options[] = {
     {"max-connections", required_argument, NULL, OPT_MAX_CONNS},
     {"max-connections-per-host", required_argument, NULL, OPT_MAX_CONNS_HOST},
     {"max-message-bytes", required_argument, NULL, OPT_MAX_MESSAGE},
+    {"metrics-listen", required_argument, NULL, OPT_METRICS_LISTEN},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -262,6 +271,16 @@ int main(int argc, char **argv)
                 return bad_flag("--max-message-bytes", a, "bytes in [4096, 2^40]");
             cfg.max_message_bytes = u;
             break;
+        case OPT_METRICS_LISTEN: {
+            char why[256];
+            if (zps_metrics_http_check(a, why, sizeof(why)) != 0) {
+                fprintf(stderr, "zps-server: --metrics-listen: %s\nTry 'zps-server --help'.\n",
+                        why);
+                return 2;
+            }
+            cfg.metrics_listen = a;
+            break;
+        }
         case OPT_HELP:
             usage(stdout);
             return 0;

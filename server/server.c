@@ -32,6 +32,7 @@
 #include "error.h"
 #include "fingerprint.h"
 #include "handlers.h"
+#include "metrics.h"
 #include "log.h"
 #include "reply.h"
 #include "resume.h"
@@ -332,6 +333,19 @@ void zps_daemon_model_known(zps_daemon_t *d)
     zps_conns_set_limits(&d->conns, max_message, p * copies);
 }
 
+/* Hands the endpoint's thread the shard's metrics as they are now. */
+static void on_publish(uv_timer_t *t)
+{
+    zps_daemon_t *d = t->data;
+    zps_strbuf_t b;
+    zps_strbuf_init(&b);
+    zps_metrics_text(d, &b);
+    char *text = zps_strbuf_take(&b);
+    if (text)
+        zps_metrics_http_publish(d->metrics, text, strlen(text));
+    free(text);
+}
+
 static void on_close(uv_handle_t *h)
 {
     (void)h;
@@ -353,6 +367,8 @@ static void stop(zps_daemon_t *d, const char *why)
     uv_poll_stop(&d->conns_poll);
     uv_close((uv_handle_t *)&d->conns_poll, on_close);
     uv_close((uv_handle_t *)&d->watch, on_close);
+    if (d->metrics)
+        uv_close((uv_handle_t *)&d->publish, on_close);
     uv_close((uv_handle_t *)&d->sigint, on_close);
     uv_close((uv_handle_t *)&d->sigterm, on_close);
     if (d->auth.path) {
@@ -468,6 +484,8 @@ static int open_socket(zps_daemon_t *d)
 
 static void release(zps_daemon_t *d)
 {
+    zps_metrics_http_stop(d->metrics);
+    d->metrics = NULL;
     if (d->slots) {
         for (uint32_t w = 0; w < d->cfg->consistency.workers; w++)
             if (d->slots[w].full)
@@ -606,6 +624,23 @@ int zps_server_run(const zps_server_config_t *cfg, bool *unsaved)
         zps_auth_serve(&d.auth);
     }
 
+    if (cfg->metrics_listen) {
+        char reason[256];
+        rc = zps_metrics_http_start(cfg->metrics_listen, &d.metrics, reason, sizeof(reason));
+        if (rc) {
+            zps_error("--metrics-listen: %s", reason);
+            stop(&d, "start-up failure");
+            uv_run(&d.loop, UV_RUN_DEFAULT);
+            uv_loop_close(&d.loop);
+            release(&d);
+            return rc;
+        }
+        uv_timer_init(&d.loop, &d.publish);
+        d.publish.data = &d;
+        on_publish(&d.publish);
+        uv_timer_start(&d.publish, on_publish, 1000, 1000);
+        zps_info("metrics on http://%s/metrics", zps_metrics_http_address(d.metrics));
+    }
     zps_info("listening on %s: %u workers, mode %s, optimizer %s, lr %g", d.endpoint, w,
              zps_mode_name(cfg->consistency.mode), zps_opt_name(&cfg->opt), cfg->opt.lr);
     if (cfg->endpoint_file && write_endpoint_file(cfg->endpoint_file, d.endpoint) != 0) {

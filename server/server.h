@@ -52,6 +52,7 @@ typedef struct zps_server_config {
      * Both NULL: no authentication. */
     const zps_keypair_t *curve_key; /* borrowed for the whole run */
     const char *authorized_keys;
+    const char *metrics_listen; /* HOST:PORT of the Prometheus endpoint (metrics.h); NULL: none */
     /* Limits that hold whoever the peer is (conns.h). The largest message
      * before the model is initialised; after, the shard's payload plus
      * ZPS_MAX_HEADER_BYTES when that is smaller. */

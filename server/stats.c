@@ -98,6 +98,8 @@ char *zps_stats_json(const zps_daemon_t *d)
     }
     zps_strbuf_printf(&b, "},\"update_staleness\":");
     zps_vhist_json(&d->update_staleness, &b);
+    zps_strbuf_printf(&b, ",\"clock_lag\":");
+    zps_vhist_json(&d->clock_lag, &b);
     zps_strbuf_printf(&b, ",\"pull_wait\":");
     zps_thist_json(&d->pull_wait, &b);
     zps_strbuf_printf(&b, ",\"checkpoints\":{\"written\":%llu,\"failed\":%llu,\"last\":",
@@ -106,6 +108,10 @@ char *zps_stats_json(const zps_daemon_t *d)
     zps_strbuf_json_string(&b, d->ckpts.last_path);
     zps_strbuf_printf(&b, "},");
     zps_conns_json(&d->conns, &b);
+    if (d->metrics) {
+        zps_strbuf_printf(&b, ",\"metrics\":");
+        zps_strbuf_json_string(&b, zps_metrics_http_address(d->metrics));
+    }
     zps_strbuf_printf(&b, ",\"uptime_s\":%.3f}", (double)(zps_now_ns() - d->started_ns) / 1e9);
     return zps_strbuf_take(&b);
 }
