@@ -23,7 +23,9 @@
 #include "log.h"
 #include "mean.h"
 #include "metrics.h"
+#include "metrics_http.h"
 #include "model.h"
+#include "prom.h"
 #include "strbuf.h"
 #include "timeutil.h"
 
@@ -41,6 +43,9 @@ typedef struct trainer {
     zps_backend_t *be;
     zps_metrics_t *metrics;
     zps_progress_t progress;
+    zps_metrics_http_t *endpoint; /* --metrics-listen, or NULL */
+    zps_prom_t prom;              /* what it serves */
+    uint64_t published_ns;        /* when the text was last handed to it */
 
     /* the staging area for one step's batch, [max_batch] examples */
     size_t max_batch;
@@ -64,6 +69,24 @@ typedef struct trainer {
     zps_eval_t last_eval;
     zps_eval_t final_eval;
 } trainer_t;
+
+/* Hands --metrics-listen's endpoint the figures so far: at most every 250 ms, unless forced. */
+static void publish(trainer_t *T, bool force)
+{
+    if (!T->endpoint)
+        return;
+    uint64_t now = zps_now_ns();
+    if (!force && now - T->published_ns < 250000000ull)
+        return;
+    T->published_ns = now;
+    zps_strbuf_t b;
+    zps_strbuf_init(&b);
+    zps_prom_text(&T->prom, &b);
+    char *text = zps_strbuf_take(&b);
+    if (text)
+        zps_metrics_http_publish(T->endpoint, text, strlen(text));
+    free(text);
+}
 
 void zps_trainer_config_default(zps_trainer_config_t *cfg)
 {
@@ -391,6 +414,8 @@ static int evaluate(trainer_t *T, uint64_t clock, bool final, const zps_reply_in
         .version_min = seen ? seen->min_version : 0,
         .version_max = seen ? seen->max_version : 0,
     };
+    zps_prom_eval(&T->prom, &r);
+    publish(T, true);
     if ((rc = zps_metrics_eval(T->metrics, &r)) != 0) {
         zps_error("cannot write the metrics file");
         return rc;
@@ -417,6 +442,8 @@ static int record_step(trainer_t *T, zps_step_record_t *r)
     int rc = zps_metrics_step(T->metrics, r);
     if (rc)
         zps_error("cannot write the metrics file");
+    zps_prom_step(&T->prom, r);
+    publish(T, r->clock + 1 == T->clocks);
     /* The last step's line is forced unless the final evaluation will
      * show it anyway. */
     show_progress(T, r->clock + 1, r->clock + 1 == T->clocks && !T->evaluates);
@@ -854,6 +881,16 @@ int zps_trainer_run(const zps_trainer_config_t *cfg, zps_trainer_result_t *res)
         if (rc)
             zps_error("metrics: %s", err);
     }
+    zps_prom_init(&T.prom, cfg->evaluator ? -1 : (int)cfg->rank);
+    if (rc == 0 && cfg->metrics_listen) {
+        char why[256];
+        rc = zps_metrics_http_start(cfg->metrics_listen, &T.endpoint, why, sizeof(why));
+        if (rc)
+            zps_error("--metrics-listen: %s", why);
+        else
+            zps_info("metrics on http://%s/metrics", zps_metrics_http_address(T.endpoint));
+        publish(&T, true);
+    }
     if (rc == 0)
         rc = write_run_header(&T);
     if (rc == 0)
@@ -870,6 +907,7 @@ int zps_trainer_run(const zps_trainer_config_t *cfg, zps_trainer_result_t *res)
         res->final = T.final_eval;
         snprintf(res->backend, sizeof(res->backend), "%s", zps_backend_describe(T.be));
     }
+    zps_metrics_http_stop(T.endpoint);
     int mrc = zps_metrics_close(T.metrics);
     if (rc == 0 && mrc) {
         zps_error("metrics: writing %s failed", cfg->metrics_path);

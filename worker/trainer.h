@@ -81,6 +81,7 @@ typedef struct zps_trainer_config {
     /* reporting */
     uint64_t eval_every;        /* evaluate every K clocks (0: only at the end) */
     const char *metrics_path;   /* JSON lines; NULL: none */
+    const char *metrics_listen; /* HOST:PORT of a Prometheus endpoint (prom.h); NULL: none */
     const char *save_params;    /* the final parameters, raw little-endian float32; NULL: none */
     bool progress;              /* progress line on stderr */
     double progress_interval_s; /* period of plain progress lines when stderr is no tty */

@@ -18,6 +18,7 @@
 #include "client.h"
 #include "error.h"
 #include "log.h"
+#include "metrics_http.h"
 #include "opt_flags.h"
 #include "straggler_flags.h"
 #include "trainer.h"
@@ -84,6 +85,9 @@ static void usage(FILE *f)
           "                         every K clocks\n"
           "                         (default 0: only at the end)\n"
           "  --metrics FILE         write JSON lines (run, step, eval records) to FILE\n"
+          "  --metrics-listen HOST:PORT\n"
+          "                         serve Prometheus metrics (steps, the time of each part\n"
+          "                         of a step, loss, accuracy) at http://HOST:PORT/metrics\n"
           "  --save-params FILE     the evaluating process (worker 0, the evaluator or\n"
           "                         --local): write the final parameters to\n"
           "                         FILE as raw little-endian float32\n"
@@ -269,6 +273,16 @@ int main(int argc, char **argv)
         case ZPS_WORKER_FLAG_METRICS:
             cfg.metrics_path = a;
             break;
+        case ZPS_WORKER_FLAG_METRICS_LISTEN: {
+            char bad[256];
+            if (zps_metrics_http_check(a, bad, sizeof(bad)) != 0) {
+                snprintf(why, sizeof(why), "--metrics-listen: %s", bad);
+                rc = bad_usage(why);
+                goto out;
+            }
+            cfg.metrics_listen = a;
+            break;
+        }
         case ZPS_WORKER_FLAG_SAVE_PARAMS:
             cfg.save_params = a;
             break;
