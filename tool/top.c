@@ -37,7 +37,7 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: zps top --servers E1[,E2...] [--interval SEC] [--once] [--timeout-ms MS]\n"
-               "               [--run DIR]\n"
+               "               [--run DIR] [--key PREFIX.key --server-key SERVER.pub]\n"
                "\n"
                "A live view of a running cluster from its servers' STATS, redrawn every\n"
                "interval (ANSI: clear screen, cursor home): per shard the version, step rate\n"
@@ -53,6 +53,10 @@ static void usage(FILE *f)
                "  --timeout-ms MS  how long to wait for each server's answer (default 2000)\n"
                "  --run DIR        a zps launch run folder: add each worker's step time split\n"
                "                   (compute / pull wait / push, mean ms) from its metrics\n"
+               "  --key PREFIX.key --server-key SERVER.pub\n"
+               "                   for servers started with --key: this client's secret key\n"
+               "                   (any listed role may read STATS) and the servers' public\n"
+               "                   key (docs/security.md)\n"
                "\n"
                "Exit status: 0 done (Ctrl-C; --once: every server answered); 1 no server\n"
                "answered (--once: some server did not); 2 bad usage.\n");
@@ -75,6 +79,8 @@ typedef struct top_args {
     bool once;
     long timeout_ms;
     const char *run_dir;
+    const char *key;        /* --key PREFIX.key */
+    const char *server_key; /* --server-key SERVER.pub */
 } top_args_t;
 
 static int parse_args(int argc, char **argv, top_args_t *a)
@@ -82,13 +88,15 @@ static int parse_args(int argc, char **argv, top_args_t *a)
     memset(a, 0, sizeof(*a));
     a->interval_s = 1.0;
     a->timeout_ms = DEFAULT_TIMEOUT_MS;
-    enum { O_SERVERS = 256, O_INTERVAL, O_ONCE, O_TIMEOUT, O_RUN, O_HELP };
+    enum { O_SERVERS = 256, O_INTERVAL, O_ONCE, O_TIMEOUT, O_RUN, O_KEY, O_SERVER_KEY, O_HELP };
     static const struct option opts[] = {
         {"servers", required_argument, NULL, O_SERVERS},
         {"interval", required_argument, NULL, O_INTERVAL},
         {"once", no_argument, NULL, O_ONCE},
         {"timeout-ms", required_argument, NULL, O_TIMEOUT},
         {"run", required_argument, NULL, O_RUN},
+        {"key", required_argument, NULL, O_KEY},
+        {"server-key", required_argument, NULL, O_SERVER_KEY},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0},
     };
@@ -117,6 +125,12 @@ static int parse_args(int argc, char **argv, top_args_t *a)
         case O_RUN:
             a->run_dir = optarg;
             break;
+        case O_KEY:
+            a->key = optarg;
+            break;
+        case O_SERVER_KEY:
+            a->server_key = optarg;
+            break;
         case O_HELP:
             usage(stdout);
             return -1;
@@ -128,6 +142,8 @@ static int parse_args(int argc, char **argv, top_args_t *a)
         return usage_error("unexpected argument '%s'", argv[optind]);
     if (!a->servers)
         return usage_error("--servers is required");
+    if (!a->key != !a->server_key)
+        return usage_error("--key and --server-key go together");
     return 0;
 }
 
@@ -449,7 +465,16 @@ int zps_cmd_top(int argc, char **argv)
     opts.retry_ms = a.timeout_ms > 500 ? 500 : 0;
     opts.heartbeat_ms = 0; /* an observer: nothing to keep alive */
     opts.wait_log_ms = 0;  /* the frame says who did not answer */
+    if (a.key) {
+        char why[1024];
+        if (zps_client_opts_set_keys(&opts, a.key, a.server_key, why, sizeof(why)) != 0) {
+            fprintf(stderr, "zps top: %s\n", why);
+            free(servers);
+            return EXIT_USAGE;
+        }
+    }
     int rc = zps_client_new((const char *const *)servers, nservers, &opts, &t.client);
+    zps_client_opts_clear(&opts);
     if (rc) {
         fprintf(stderr, "zps top: cannot use --servers '%s': %s\n", a.servers, zps_strerror(rc));
         free(servers);

@@ -7,7 +7,7 @@
 #     --timeout-ms); a worker key initialising, checkpointing, pushing or
 #     pulling as another rank, a reader key pushing (ZPS_EDENIED);
 #   - allowed: admin INIT and CHECKPOINT, a worker's push and pull for its
-#     own rank, a reader's stats and observer pull;
+#     own rank, a reader's stats, observer pull and zps top;
 #   - SIGHUP: a removed key is refused from then on, on a new connection
 #     (handshake) and on one opened before (a training zps-worker stops at
 #     its next request with ZPS_EDENIED); a bad file keeps the old list;
@@ -105,6 +105,12 @@ as w0 push --worker 0 --clock 0 --batch 1 --values 1,1
 [ "$(as rd pull --timeout-ms 5000 | tr '\n' ' ')" = "8 17 " ] || fail "reader's observer pull"
 as rd stats --timeout-ms 5000 | grep -q '"version":2' || fail "reader's stats"
 as w0 stats --timeout-ms 5000 >/dev/null || fail "worker's stats"
+# zps top reads STATS too: with a listed key it draws the shard, without one
+# it is refused like any client.
+"$zps" top --servers "$main" --once --key "$dir/rd.key" --server-key "$dir/srv.pub" \
+    --timeout-ms 5000 >"$dir/top.out" || fail "zps top with a reader key: $(cat "$dir/top.out")"
+grep -q "^zps top | 1 shard | asp, 3 workers" "$dir/top.out" || fail "zps top: $(cat "$dir/top.out")"
+expect_status 1 "$zps" top --servers "$main" --once --timeout-ms 3000
 as adm checkpoint --timeout-ms 5000 >/dev/null
 [ -n "$(ls "$dir/ckpt")" ] || fail "admin CHECKPOINT wrote nothing"
 
