@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "error.h"
+#include "fileutil.h"
 
 /* ---- messages ---- */
 
@@ -94,22 +95,6 @@ static bool match_name(const char *name, uint32_t index, uint32_t count, uint64_
     return true;
 }
 
-/* fsync of a directory, so a rename in it survives a crash. Returns 0 or -1 with errno. */
-static int sync_dir(const char *dir)
-{
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    int rc = fsync(fd);
-    int saved = errno;
-    close(fd);
-    /* Some file systems cannot sync a directory; there is nothing more to do there. */
-    if (rc != 0 && saved == EINVAL)
-        rc = 0;
-    errno = saved;
-    return rc;
-}
-
 int zps_ckpt_dir_prepare(const char *dir, char *why, size_t why_size)
 {
     if (dir == NULL || dir[0] == '\0') {
@@ -165,7 +150,7 @@ int zps_ckpt_dir_prepare(const char *dir, char *why, size_t why_size)
             step = "remove";
             err = errno;
         }
-    } else if (step == NULL && sync_dir(dir) != 0) {
+    } else if (step == NULL && zps_sync_dir(dir) != 0) {
         step = "fsync directory";
         err = errno;
         snprintf(path, sizeof(path), "%s", dir);
@@ -241,7 +226,7 @@ int zps_ckpt_write(const char *dir, const zps_ckpt_t *c, char *path_out, size_t 
     }
 
     /* The file is complete under its name; the directory entry must be durable too. */
-    if (sync_dir(dir) != 0) {
+    if (zps_sync_dir(dir) != 0) {
         zps_set_reason(
             why, why_size,
             "fsync directory %s: %s (%s is complete but its name may not survive a crash)", dir,

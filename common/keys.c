@@ -17,6 +17,7 @@
 #include <zmq.h>
 
 #include "error.h"
+#include "fileutil.h"
 
 #define KEY_FILE_MAX 4096 /* bytes: more than any key file needs */
 #define SHOW_MAX 48       /* characters of a bad field quoted in a message */
@@ -159,22 +160,6 @@ static int write_all(int fd, const char *p, size_t n)
         n -= (size_t)w;
     }
     return 0;
-}
-
-/* fsync of a directory, so a rename in it survives a crash. Returns 0 or -1 with errno. */
-static int sync_dir(const char *dir)
-{
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    int rc = fsync(fd);
-    int saved = errno;
-    close(fd);
-    /* Some file systems cannot sync a directory; there is nothing more to do there. */
-    if (rc != 0 && saved == EINVAL)
-        rc = 0;
-    errno = saved;
-    return rc;
 }
 
 /*
@@ -358,7 +343,7 @@ int zps_keypair_write(const char *prefix, const zps_keypair_t *kp, bool force, c
         }
         goto done;
     }
-    if (sync_dir(dir) != 0) {
+    if (zps_sync_dir(dir) != 0) {
         zps_set_reason(why, why_size,
                        "cannot sync directory %s: %s (%s and %s are complete but may not "
                        "survive a crash)",
