@@ -19,7 +19,10 @@
  * its endpoint to a file), then the workers; when worker 0 has evaluated the
  * final model, give the other workers a grace period to finish (a BSP backup
  * straggler may still be pushing clocks that will be dropped), fetch the
- * servers' final STATS, stop the servers, write the summary.
+ * servers' final STATS, stop the servers, write the summary. With --keys,
+ * the run's keys are made in RUN/keys (launch_keys.c) before anything
+ * starts, and every command line, launch's own client too, gets the path of
+ * its own secret key and the servers' public key.
  *
  * Not here: reading and checking the flags (launch_opts.c), the default
  * recipe (launch_plan.c), command-line vectors (launch_argv.c), the figures
@@ -50,6 +53,7 @@
 #include "error.h"
 #include "json.h"
 #include "launch_argv.h"
+#include "launch_keys.h"
 #include "launch_opts.h"
 #include "launch_plan.h"
 #include "metrics.h"
@@ -108,7 +112,8 @@ typedef struct launch {
     char server_bin[PATH_MAX], worker_bin[PATH_MAX];
     char dir[PATH_MAX]; /* the run folder, absolute */
     char name[256];
-    zps_argv_t own_argv; /* the launcher's own command line */
+    zps_argv_t own_argv;     /* the launcher's own command line */
+    zps_launch_keys_t *keys; /* --keys: the run's key files; NULL without */
 
     uv_loop_t loop;
     uv_timer_t tick;
@@ -591,8 +596,14 @@ static void start_workers(launch_t *L)
     co.worker = -1;
     co.timeout_ms = 2000;
     co.retry_ms = 500;
-    if (zps_client_new((const char *const *)eps.v, eps.n, &co, &L->client) != 0)
+    char why[512];
+    if (L->keys && zps_client_opts_set_keys(&co, L->keys->launch, L->keys->server_pub, why,
+                                            sizeof(why)) != 0) {
+        say(L, "no live statistics: %s", why);
+    } else if (zps_client_new((const char *const *)eps.v, eps.n, &co, &L->client) != 0) {
         L->client = NULL; /* no live statistics; the run goes on */
+    }
+    zps_client_opts_clear(&co);
     zps_argv_free(&eps);
 
     FILE *cmds = open_in_run(L, "commands.txt", "a");
@@ -600,12 +611,19 @@ static void start_workers(launch_t *L)
      * is parked before the workers get there. It gets the workers' flags
      * (model, data, clocks, --save-params...), not their stragglers. */
     child_t *e = L->evaluator;
-    int ebad =
-        zps_argv_push(&e->argv, L->worker_bin) || zps_argv_push(&e->argv, "--servers") ||
-        zps_argv_push(&e->argv, list) || zps_argv_push(&e->argv, "--evaluator") ||
-        zps_argv_push(&e->argv, "--workers") || zps_argv_pushf(&e->argv, "%u", L->o->workers) ||
-        zps_argv_push(&e->argv, "--metrics") || zps_argv_push(&e->argv, e->metrics_path) ||
-        zps_argv_push(&e->argv, "--no-progress") || zps_argv_extend(&e->argv, &L->o->worker_args);
+    int ebad = zps_argv_push(&e->argv, L->worker_bin) || zps_argv_push(&e->argv, "--servers") ||
+               zps_argv_push(&e->argv, list) || zps_argv_push(&e->argv, "--evaluator") ||
+               zps_argv_push(&e->argv, "--workers") ||
+               zps_argv_pushf(&e->argv, "%u", L->o->workers) ||
+               zps_argv_push(&e->argv, "--metrics") || zps_argv_push(&e->argv, e->metrics_path) ||
+               zps_argv_push(&e->argv, "--no-progress");
+    /* With --keys each process gets the path of its own secret key, never the key. */
+    if (L->keys)
+        ebad = ebad || zps_argv_push(&e->argv, "--key") ||
+               zps_argv_push(&e->argv, L->keys->evaluator) ||
+               zps_argv_push(&e->argv, "--server-key") ||
+               zps_argv_push(&e->argv, L->keys->server_pub);
+    ebad = ebad || zps_argv_extend(&e->argv, &L->o->worker_args);
     if (!start_child(L, e, cmds, ebad)) {
         if (cmds)
             fclose(cmds);
@@ -622,6 +640,12 @@ static void start_workers(launch_t *L)
         /* The evaluator evaluates: no training worker stops for it. */
         if (r == 0)
             bad = bad || zps_argv_push(a, "--no-eval");
+        if (L->keys) {
+            char key[PATH_MAX + 64];
+            zps_launch_keys_worker(L->keys, r, key, sizeof(key));
+            bad = bad || zps_argv_push(a, "--key") || zps_argv_push(a, key) ||
+                  zps_argv_push(a, "--server-key") || zps_argv_push(a, L->keys->server_pub);
+        }
         bad = bad || zps_argv_extend(a, &L->o->worker_args);
         for (size_t s = 0; s < L->o->spec_count; s++)
             if (zps_rank_set_has(&L->o->specs[s].ranks, r))
@@ -653,6 +677,9 @@ static void start_servers(launch_t *L)
                   zps_argv_pushf(a, "%u", L->o->backup);
         if (L->o->lr_staleness)
             bad = bad || zps_argv_push(a, "--lr-staleness") || zps_argv_push(a, L->o->lr_staleness);
+        if (L->keys)
+            bad = bad || zps_argv_push(a, "--key") || zps_argv_push(a, L->keys->server_key) ||
+                  zps_argv_push(a, "--authorized-keys") || zps_argv_push(a, L->keys->authorized);
         bad = bad || zps_argv_extend(a, &L->o->server_args);
         if (!start_child(L, c, cmds, bad))
             break;
@@ -1094,6 +1121,16 @@ int zps_cmd_launch(int argc, char **argv)
     if ((ex = make_run_dir(L)) != 0)
         goto out;
     ex = ZPS_LAUNCH_EXIT_FAILED;
+    if (o.keys) {
+        char why[512];
+        L->keys = calloc(1, sizeof(*L->keys));
+        if (!L->keys)
+            goto out;
+        if (zps_launch_keys_make(L->dir, L->name, o.workers, L->keys, why, sizeof(why)) != 0) {
+            fprintf(stderr, "zps launch: cannot make the run's keys: %s\n", why);
+            goto out;
+        }
+    }
     if (zps_runstats_new(o.workers, o.servers, &L->rs) != 0)
         goto out;
     L->servers = calloc(o.servers, sizeof(child_t));
@@ -1125,6 +1162,10 @@ int zps_cmd_launch(int argc, char **argv)
     zps_progress_init(&L->progress, stderr, o.progress, o.progress_every_s);
     fprintf(stderr, "zps launch: %s, %u servers, %u workers; run folder %s/%s\n", o.mode, o.servers,
             o.workers, o.runs_dir, L->name);
+    if (L->keys)
+        fprintf(stderr,
+                "zps launch: CURVE on every connection; keys in %s/%s/keys (docs/security.md)\n",
+                o.runs_dir, L->name);
 
     uv_loop_init(&L->loop);
     uv_timer_init(&L->loop, &L->tick);
@@ -1161,6 +1202,7 @@ out:
     free(L->workers);
     free(L->stats_json);
     free(L->stats_rc);
+    free(L->keys);
     zps_runstats_free(L->rs);
     free(L);
     zps_launch_opts_free(&o);

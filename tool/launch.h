@@ -6,10 +6,11 @@
  * run folder (logs, metrics, command lines, summary.json, plot tables).
  * docs/launch.md is the user's page.
  *
- * The command is four files, one idea each: launch_opts.h (the flags and
+ * The command is five files, one idea each: launch_opts.h (the flags and
  * the check of every value a child will be handed), launch_plan.h (the
- * default recipe), launch_argv.h (command lines), launch.c (the supervisor:
- * processes, progress, shutdown).
+ * default recipe), launch_argv.h (command lines), launch_keys.h (the run's
+ * CURVE keys, with --keys), launch.c (the supervisor: processes, progress,
+ * shutdown).
  *
  * Not here: the figures themselves (runstats.h), training (trainer.h).
  */

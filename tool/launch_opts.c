@@ -92,6 +92,14 @@ static void usage(FILE *f)
                "  --lr-staleness RULE     servers' staleness-aware learning rate (e.g. inverse)\n"
                "  --server-arg ARG        hand ARG to every zps-server (repeatable)\n"
                "  --worker-arg ARG        hand ARG to every zps-worker (repeatable)\n"
+               "  --keys                  CURVE on every connection: generate the run's keys\n"
+               "                          in RUN/keys (0700; a pair for the servers, one per\n"
+               "                          worker, worker 0's an admin key, reader keys for the\n"
+               "                          evaluator and launch) and authorized_keys, and hand\n"
+               "                          each process the path of its own secret key only.\n"
+               "                          Slower (CURVE encrypts every frame); for trying the\n"
+               "                          secure setup, or on a machine shared with users you\n"
+               "                          do not trust. Default: loopback without keys\n"
                "\n"
                "Handed to every server: --optimizer --lr --momentum --nesterov --beta1 --beta2\n"
                "  --eps --weight-decay --schedule --step-every --gamma --cosine-steps --lr-min\n"
@@ -247,6 +255,7 @@ enum {
     O_LR_STALENESS,
     O_SERVER_ARG,
     O_WORKER_ARG,
+    O_KEYS,
     O_STRAGGLER,
     O_NAME,
     O_RUNS_DIR,
@@ -280,6 +289,7 @@ int zps_launch_opts_parse(int argc, char **argv, zps_launch_opts_t *o)
         {"lr-staleness", required_argument, NULL, O_LR_STALENESS},
         {"server-arg", required_argument, NULL, O_SERVER_ARG},
         {"worker-arg", required_argument, NULL, O_WORKER_ARG},
+        {"keys", no_argument, NULL, O_KEYS},
         {"straggler", required_argument, NULL, O_STRAGGLER},
         {"name", required_argument, NULL, O_NAME},
         {"runs-dir", required_argument, NULL, O_RUNS_DIR},
@@ -360,6 +370,9 @@ int zps_launch_opts_parse(int argc, char **argv, zps_launch_opts_t *o)
             break;
         case O_WORKER_ARG:
             ex = zps_argv_push(&o->worker_args, a) ? ZPS_LAUNCH_EXIT_FAILED : 0;
+            break;
+        case O_KEYS:
+            o->keys = true;
             break;
         case O_STRAGGLER:
             ex = parse_straggler(o, a);
@@ -450,10 +463,16 @@ int zps_launch_opts_parse(int argc, char **argv, zps_launch_opts_t *o)
 static const char *const launch_sets[] = {"servers", "rank",      "workers",   "metrics",
                                           "local",   "init-only", "evaluator", "no-eval"};
 
-static bool set_by_launch(const char *name)
+/* ...and with --keys, the key flags of every process. */
+static const char *const launch_sets_keys[] = {"key", "server-key", "authorized-keys", "insecure"};
+
+static bool set_by_launch(const char *name, bool keys)
 {
     for (size_t i = 0; i < COUNT(launch_sets); i++)
         if (strcmp(launch_sets[i], name) == 0)
+            return true;
+    for (size_t i = 0; keys && i < COUNT(launch_sets_keys); i++)
+        if (strcmp(launch_sets_keys[i], name) == 0)
             return true;
     return false;
 }
@@ -473,8 +492,8 @@ bool zps_launch_is_optimizer_flag(const char *name)
 
 /* Walks worker flags as they will appear on a worker's command line,
  * applying the straggler flags to sf. */
-static bool worker_args_ok(const zps_argv_t *args, zps_straggler_flags_t *sf, bool *epochs,
-                           bool *clocks, char *why, size_t size)
+static bool worker_args_ok(const zps_argv_t *args, bool keys, zps_straggler_flags_t *sf,
+                           bool *epochs, bool *clocks, char *why, size_t size)
 {
     char name[64];
     for (size_t i = 0; i < args->n; i++) {
@@ -495,8 +514,9 @@ static bool worker_args_ok(const zps_argv_t *args, zps_straggler_flags_t *sf, bo
             snprintf(why, size, "unknown zps-worker flag '--%s' (see zps-worker --help)", name);
             return false;
         }
-        if (f && set_by_launch(name)) {
-            snprintf(why, size, "--%s is set by zps launch for every worker", name);
+        if (f && set_by_launch(name, keys)) {
+            snprintf(why, size, "--%s is set by zps launch for every worker%s", name,
+                     keys && !set_by_launch(name, false) ? " with --keys" : "");
             return false;
         }
         bool has_value = f     ? zps_worker_flag_has_value(f)
@@ -530,6 +550,10 @@ static bool server_args_ok(const zps_launch_opts_t *o, char *why, size_t size)
             continue; /* a --server-arg value of a flag launch does not know */
         bool missing;
         zps_argv_flag(&o->server_args, &(size_t){i}, name, sizeof(name), false, &missing);
+        if (o->keys && set_by_launch(name, true)) {
+            snprintf(why, size, "--%s is set by zps launch for every server with --keys", name);
+            return false;
+        }
         const struct option *of = find_optimizer_flag(name);
         bool timeout = strcmp(name, "worker-timeout") == 0;
         bool pending = strcmp(name, "max-pending-pulls") == 0;
@@ -582,10 +606,11 @@ int zps_launch_opts_check(const zps_launch_opts_t *o)
         zps_straggler_flags_t sf;
         zps_straggler_flags_init(&sf);
         bool epochs = false, clocks = false;
-        bool ok = worker_args_ok(&o->worker_args, &sf, &epochs, &clocks, why, sizeof(why));
+        bool ok = worker_args_ok(&o->worker_args, o->keys, &sf, &epochs, &clocks, why, sizeof(why));
         for (size_t s = 0; ok && s < o->spec_count; s++)
             if (zps_rank_set_has(&o->specs[s].ranks, r))
-                ok = worker_args_ok(&o->specs[s].flags, &sf, &epochs, &clocks, why, sizeof(why));
+                ok = worker_args_ok(&o->specs[s].flags, o->keys, &sf, &epochs, &clocks, why,
+                                    sizeof(why));
         if (ok && epochs && clocks) {
             snprintf(why, sizeof(why), "give --epochs or --clocks, not both");
             ok = false;

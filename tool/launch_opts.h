@@ -53,6 +53,7 @@ typedef struct zps_launch_opts {
     const char *server_bin, *worker_bin;
     zps_argv_t server_args, worker_args; /* handed to every server, every worker */
     bool have_eval_every;
+    bool keys; /* --keys: CURVE keys in RUN/keys for every process (launch_keys.h) */
     zps_launch_straggler_t specs[ZPS_LAUNCH_MAX_STRAGGLERS];
     size_t spec_count;
 } zps_launch_opts_t;
