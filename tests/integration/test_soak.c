@@ -6,9 +6,10 @@
  * Two zps-server processes (shards 0/2 and 1/2 of a 1M-float model, 2 MB
  * each) run ASP for 4 workers. Four honest worker processes train through
  * the client library (pull, push a small constant gradient, next clock) for
- * two phases of D seconds each. In phase 1 they are alone; in phase 2 four
- * hostile processes join, one behaviour each, every one rate-limited so
- * that they share the machine's cores instead of taking them:
+ * 2D seconds, in windows of about 5 s: in the even windows they are alone,
+ * in the odd ones four hostile processes join, one behaviour each, every
+ * one rate-limited so that they share the machine's cores instead of taking
+ * them:
  *
  *   slow reader   observer pulls sent without pause, replies never read;
  *   unfinished    1 MiB frames with the "more" flag and never a last frame,
@@ -26,8 +27,8 @@
  *     STATS limits.memory_bound_bytes); the first sample beyond it ends
  *     the run at once, so a server without the bound fails here instead of
  *     growing to gigabytes;
- *   - the honest workers' steps per second in phase 2 are at least half
- *     those of phase 1;
+ *   - the honest workers' steps per second in the hostile windows are at
+ *     least half those in the quiet ones;
  *   - every push is accounted for: each shard's STATS counts.applied equals
  *     the pushes the honest workers saw it take (the hostile peers never
  *     push as a valid rank), every push a shard did not apply or acknowledge
@@ -140,8 +141,8 @@ typedef struct report {
     int failed; /* the child could not do its part (not a server verdict) */
     char note[240];
     /* Honest workers. */
-    uint64_t steps[2];        /* steps finished in phase 1 and phase 2 */
-    double max_step_ms[2];    /* the longest step of each phase */
+    uint64_t steps[2];        /* steps finished in quiet and in hostile windows */
+    double max_step_ms[2];    /* the longest step in quiet and in hostile windows */
     uint64_t taken[SHARDS];   /* distinct pushes each shard took */
     uint64_t refused[SHARDS]; /* push attempts a shard refused, with a code */
     uint64_t refused_by[SHARDS][NCODES];
@@ -188,6 +189,35 @@ static void sleep_until(uint64_t t)
         double ms = (double)(t - now) * 1e-6;
         zps_sleep_ms(ms < 50 ? ms : 50);
     }
+}
+
+/*
+ * The run is 2n windows of W seconds (W about 5 s, n W = D): even windows
+ * are quiet, odd ones hostile. Alternating, rather than D quiet then D
+ * hostile, keeps a slow spell of the machine from landing on one phase.
+ */
+static uint64_t window_ns(uint64_t d_ns)
+{
+    uint64_t n = (d_ns + 2500000000ull) / 5000000000ull;
+    return d_ns / (n ? n : 1);
+}
+
+/* 0 (quiet) or 1 (hostile): the phase of the window time `now` is in. */
+static int phase_at(uint64_t t_go, uint64_t w_ns, uint64_t now)
+{
+    return now <= t_go ? 0 : (int)(((now - t_go) / w_ns) & 1);
+}
+
+/* Seconds of phase p between t_go and t. */
+static double phase_seconds(uint64_t t_go, uint64_t w_ns, uint64_t t, int p)
+{
+    if (t <= t_go)
+        return 0;
+    uint64_t k = (t - t_go) / w_ns, rest = (t - t_go) % w_ns;
+    uint64_t ns = (k / 2) * w_ns + (k % 2 == 1 && p == 0 ? w_ns : 0);
+    if ((int)(k & 1) == p)
+        ns += rest;
+    return seconds(ns);
 }
 
 static void note(report_t *r, const char *fmt, ...)
@@ -300,7 +330,7 @@ static float gradient(uint32_t i, int w)
 
 /*
  * An ASP loop through the client library: pull for clock t, push at clock
- * t, next clock, until the end of phase 2. A push that a shard did not take
+ * t, next clock, until the end of the run. A push that a shard did not take
  * is sent again at the same clock (a shard that took it acknowledges it as a
  * retry), so each shard's count of distinct pushes taken is what it applied.
  */
@@ -379,7 +409,7 @@ static void run_worker(int w, uint64_t t_go, uint64_t d_ns, report_t *r)
             continue;
         }
         uint64_t now = zps_now_ns();
-        int phase = now < t_go + d_ns ? 0 : 1;
+        int phase = phase_at(t_go, window_ns(d_ns), now);
         double ms = (double)(now - step_start) * 1e-6;
         r->steps[phase]++;
         if (ms > r->max_step_ms[phase])
@@ -727,15 +757,18 @@ static void child_main(int role, int go_fd, int report_fd, uint64_t d_ns)
         run_worker(role, t_go, d_ns, &r);
     } else {
         void *ctx = zmq_ctx_new();
-        uint64_t start = t_go + d_ns; /* hostile peers play in phase 2 only */
-        if (role == ROLE_SLOW)
-            run_slow_reader(ctx, start, end, &r);
-        else if (role == ROLE_UNFINISHED)
-            run_unfinished(start, end, &r);
-        else if (role == ROLE_FLOOD)
-            run_flood(ctx, start, end, &r);
-        else
-            run_churn(ctx, start, end, &r);
+        /* Hostile peers play in the odd windows only. */
+        const uint64_t w_ns = window_ns(d_ns);
+        for (uint64_t start = t_go + w_ns; start + w_ns <= end; start += 2 * w_ns) {
+            if (role == ROLE_SLOW)
+                run_slow_reader(ctx, start, start + w_ns, &r);
+            else if (role == ROLE_UNFINISHED)
+                run_unfinished(start, start + w_ns, &r);
+            else if (role == ROLE_FLOOD)
+                run_flood(ctx, start, start + w_ns, &r);
+            else
+                run_churn(ctx, start, start + w_ns, &r);
+        }
         zmq_ctx_term(ctx);
     }
     write_all(report_fd, &r, sizeof(r));
@@ -976,7 +1009,7 @@ static void test_soak(void **state)
 
     const long bound_kb = (long)(documented_bound() / KiB);
 
-    /* Go. Phase 1: [t_go, t_go + D), phase 2: [t_go + D, t_go + 2D). */
+    /* Go: windows from t_go to t_go + 2D, quiet and hostile in turn. */
     const uint64_t t_go = zps_now_ns() + 200000000ull;
     for (int i = 0; i < ROLES; i++) {
         write_all(soak->go[i], &t_go, sizeof(t_go));
@@ -989,7 +1022,7 @@ static void test_soak(void **state)
     char why_stopped[300] = "";
     uint64_t end = t_go + 2 * d_ns, now;
     while ((now = zps_now_ns()) < end) {
-        int phase = now < t_go + d_ns ? 0 : 1;
+        int phase = phase_at(t_go, window_ns(d_ns), now);
         for (int s = 0; s < SHARDS && !why_stopped[0]; s++) {
             long rss = harness_alive(&soak->srv[s]) ? harness_rss_kb(soak->srv[s].pid) : -1;
             if (rss < 0) {
@@ -1008,14 +1041,14 @@ static void test_soak(void **state)
                 open_max[s] = open;
             if (rss > bound_kb)
                 snprintf(why_stopped, sizeof(why_stopped),
-                         "shard %d RSS %ld kB beyond the bound of docs/protocol.md, %ld kB, after "
-                         "%.1f s of phase %d",
-                         s, rss, bound_kb, seconds(now - t_go - (phase ? d_ns : 0)), phase + 1);
+                         "shard %d RSS %ld kB beyond the bound of docs/protocol.md, %ld kB, "
+                         "%.1f s into the run (a %s window)",
+                         s, rss, bound_kb, seconds(now - t_go), phase ? "hostile" : "quiet");
             else if (stated > 0 && (double)rss * 1024.0 > stated)
                 snprintf(why_stopped, sizeof(why_stopped),
-                         "shard %d RSS %ld kB beyond its stated memory_bound_bytes %.0f after "
-                         "%.1f s of phase %d",
-                         s, rss, stated, seconds(now - t_go - (phase ? d_ns : 0)), phase + 1);
+                         "shard %d RSS %ld kB beyond its stated memory_bound_bytes %.0f, "
+                         "%.1f s into the run (a %s window)",
+                         s, rss, stated, seconds(now - t_go), phase ? "hostile" : "quiet");
         }
         if (why_stopped[0])
             break;
@@ -1046,17 +1079,19 @@ static void test_soak(void **state)
             if (rep[w].max_step_ms[p] > worst_step[p])
                 worst_step[p] = rep[w].max_step_ms[p];
         }
-    double dur[2] = {seconds(d_ns), stop_ns > t_go + d_ns ? seconds(stop_ns - t_go - d_ns) : 0};
-    double rate[2] = {(double)steps[0] / dur[0], dur[1] > 0 ? (double)steps[1] / dur[1] : 0};
+    double dur[2] = {phase_seconds(t_go, window_ns(d_ns), stop_ns, 0),
+                     phase_seconds(t_go, window_ns(d_ns), stop_ns, 1)};
+    double rate[2] = {dur[0] > 0 ? (double)steps[0] / dur[0] : 0,
+                      dur[1] > 0 ? (double)steps[1] / dur[1] : 0};
     double ratio = rate[0] > 0 ? rate[1] / rate[0] : 0;
     printf("\n  phase               seconds   steps   steps/s   ratio   longest step\n");
-    printf("  1 honest only       %7.1f %7" PRIu64 " %9.1f %7s %11.1f ms\n", dur[0], steps[0],
+    printf("  honest only         %7.1f %7" PRIu64 " %9.1f %7s %11.1f ms\n", dur[0], steps[0],
            rate[0], "", worst_step[0]);
-    printf("  2 honest + hostile  %7.1f %7" PRIu64 " %9.1f %7.2f %11.1f ms\n", dur[1], steps[1],
+    printf("  honest + hostile    %7.1f %7" PRIu64 " %9.1f %7.2f %11.1f ms\n", dur[1], steps[1],
            rate[1], ratio, worst_step[1]);
 
     /* Memory. */
-    printf("\n  shard   RSS at start   max phase 1   max phase 2   bound (protocol.md)   "
+    printf("\n  shard   RSS at start     max quiet   max hostile   bound (protocol.md)   "
            "memory_bound_bytes (max)   connections open (max)\n");
     for (int s = 0; s < SHARDS; s++) {
         char stated[32] = "not in STATS", open[32] = "not in STATS";
