@@ -152,11 +152,15 @@ static void test_asp_progress_while_one_is_stopped(void **state)
     zps_sleep_ms(50);
     uint64_t stopped_at = atomic_load(&board->clock[1]);
     uint64_t before = atomic_load(&board->clock[0]);
-    zps_sleep_ms(600);
-    uint64_t after = atomic_load(&board->clock[0]);
-    /* ~2 ms steps: well over 50 clocks in 600 ms if nothing holds it back. */
+    /* Nothing holds worker 0 back: 50 more clocks (~0.1 s at ~2 ms a step;
+     * a loaded machine gets 5 s). */
+    uint64_t after = before;
+    for (int waited = 0; waited < 5000 && after < before + 50; waited += 10) {
+        zps_sleep_ms(10);
+        after = atomic_load(&board->clock[0]);
+    }
     if (after < before + 50)
-        fail_msg("worker 0 went from clock %llu to %llu while worker 1 was stopped",
+        fail_msg("worker 0 went from clock %llu to %llu in 5 s while worker 1 was stopped",
                  (unsigned long long)before, (unsigned long long)after);
     assert_int_equal(atomic_load(&board->clock[1]), stopped_at);
     assert_int_equal(atomic_load(&board->failed[0]), 0);
@@ -169,8 +173,10 @@ static void test_bsp_eviction_and_rejoin(void **state)
     (void)state;
     memset(board, 0, sizeof(*board));
     harness_server_t srv;
+    /* A timeout well above a step even on a loaded machine, so that the
+     * stopped worker is not evicted before the check that everyone waits. */
     const char *args[] = {"--workers",        "3",   "--mode", "bsp", "--lr", "0.01",
-                          "--worker-timeout", "0.6", NULL};
+                          "--worker-timeout", "1.5", NULL};
     assert_int_equal(harness_start(&srv, args), 0);
     pid_t pids[3];
     for (int w = 0; w < 3; w++)
