@@ -191,6 +191,15 @@ void zps_metrics_text(const zps_daemon_t *d, zps_strbuf_t *b)
                       (unsigned long long)k->closed_buffer);
     zps_strbuf_printf(b, "zps_connections_closed_total{shard=\"%u\",reason=\"memory\"} %llu\n", s,
                       (unsigned long long)k->closed_memory);
+    if (d->auth.path) {
+        one(b, d, "zps_auth_handshakes_refused_total", "counter",
+            "CURVE handshakes refused: keys not in --authorized-keys.", (double)d->auth.refused);
+        one(b, d, "zps_auth_requests_denied_total", "counter",
+            "Requests refused because the key's role does not allow them (ZPS_EDENIED).",
+            (double)d->auth.denied);
+        one(b, d, "zps_auth_keys", "gauge", "Keys in --authorized-keys as last loaded.",
+            (double)zps_authkeys_count(d->auth.keys));
+    }
     one(b, d, "zps_memory_bound_bytes", "gauge", "The bound the server keeps its memory within.",
         (double)zps_conns_memory_bound(k));
     one(b, d, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.",

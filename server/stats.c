@@ -108,6 +108,12 @@ char *zps_stats_json(const zps_daemon_t *d)
     zps_strbuf_json_string(&b, d->ckpts.last_path);
     zps_strbuf_printf(&b, "},");
     zps_conns_json(&d->conns, &b);
+    zps_strbuf_printf(&b,
+                      ",\"auth\":{\"on\":%s,\"keys\":%zu,\"handshakes_refused\":%llu,"
+                      "\"requests_denied\":%llu}",
+                      d->auth.path ? "true" : "false",
+                      d->auth.keys ? zps_authkeys_count(d->auth.keys) : (size_t)0,
+                      (unsigned long long)d->auth.refused, (unsigned long long)d->auth.denied);
     if (d->metrics) {
         zps_strbuf_printf(&b, ",\"metrics\":");
         zps_strbuf_json_string(&b, zps_metrics_http_address(d->metrics));

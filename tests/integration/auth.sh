@@ -105,6 +105,12 @@ as w0 push --worker 0 --clock 0 --batch 1 --values 1,1
 [ "$(as rd pull --timeout-ms 5000 | tr '\n' ' ')" = "8 17 " ] || fail "reader's observer pull"
 as rd stats --timeout-ms 5000 | grep -q '"version":2' || fail "reader's stats"
 as w0 stats --timeout-ms 5000 >/dev/null || fail "worker's stats"
+# STATS counts what was refused: handshakes (unlisted keys) and requests (roles).
+auth=$(as rd stats --timeout-ms 5000 | grep -o '"auth":{[^}]*}')
+echo "$auth" | grep -q '"on":true,"keys":4,' || fail "STATS auth: $auth"
+refused=$(echo "$auth" | sed 's/.*"handshakes_refused":\([0-9]*\).*/\1/')
+denied=$(echo "$auth" | sed 's/.*"requests_denied":\([0-9]*\).*/\1/')
+[ "$refused" -ge 2 ] && [ "$denied" -ge 5 ] || fail "STATS auth counts: $auth"
 # zps top reads STATS too: with a listed key it draws the shard, without one
 # it is refused like any client.
 "$zps" top --servers "$main" --once --key "$dir/rd.key" --server-key "$dir/srv.pub" \
