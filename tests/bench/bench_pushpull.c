@@ -10,7 +10,24 @@
  * header, checksum or arithmetic: X bytes up and an empty acknowledgement,
  * then a small request and X bytes back. GB/s counts the 2X payload bytes.
  *
- *   bench_pushpull [--sizes 4K,1M,16M,64M] [--seconds S]
+ * With --curve it also measures what CURVE (docs/security.md) costs, in the
+ * same run: the same zps round trips through a second zps-server started
+ * with --key and --authorized-keys (keys made for the run in a temporary
+ * folder, removed at exit) and a client with those keys, and a raw ZeroMQ
+ * echo (X bytes up, the same X bytes back: one message each way) over a
+ * plain and a CURVE DEALER/ROUTER pair, so that ZeroMQ's own share of the
+ * cost shows.
+ *
+ * Besides the tables, one machine-readable line per measured row (issue 15):
+ *
+ *   RESULT kind=KIND size=BYTES rtt_us=MEDIAN gbps=GBPS
+ *
+ * KIND is pushpull (zps push(t) + pull(t+1)), pushpull-raw (the raw
+ * two-round-trip baseline above), and with --curve also pushpull-curve (zps
+ * over CURVE), echo (raw ZeroMQ, one message each way) and echo-curve (the
+ * same echo over CURVE). gbps counts the 2X payload bytes.
+ *
+ *   bench_pushpull [--sizes 4K,1M,16M,64M] [--seconds S] [--curve]
  */
 #include <errno.h>
 #include <signal.h>
@@ -26,6 +43,7 @@
 #include "client.h"
 #include "error.h"
 #include "harness.h"
+#include "keys.h"
 #include "timeutil.h"
 
 typedef struct result {
@@ -39,21 +57,45 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Rounds to run for a payload: enough for ~`seconds` of work, at least 5. */
-static int rounds_for(size_t bytes, double seconds)
+/*
+ * Rounds to run for a payload: enough for ~`seconds` of work, at least 5.
+ * bytes_per_s is a rough first guess of the speed each way.
+ */
+static int rounds_for(size_t bytes, double seconds, double bytes_per_s)
 {
-    double est = 2.0 * (double)bytes / 1.5e9 + 60e-6; /* a rough first guess */
+    double est = 2.0 * (double)bytes / bytes_per_s + 60e-6;
     int r = (int)(seconds / est);
     return r < 5 ? 5 : r > 20000 ? 20000 : r;
 }
 
-/* ---- the raw ZeroMQ server, in a child process ---- */
+/* ---- the raw ZeroMQ servers, each in a child process ---- */
 
-static void raw_server(int port_fd, size_t max_bytes)
+typedef enum raw_kind {
+    RAW_PUSHPULL, /* X bytes up and an empty ack, then 'G' + uint64 X and X bytes back */
+    RAW_ECHO,     /* X bytes up, the same message back */
+} raw_kind_t;
+
+/* A raw server: its endpoint, its process, and its CURVE public key (Z85) if any. */
+typedef struct raw_server {
+    char endpoint[256];
+    pid_t pid;
+    bool curve;
+    char server_public[41];
+} raw_server_t;
+
+/* Child: serves `kind` on a ROUTER until killed; a CURVE server when secret is given. */
+static void raw_serve(int port_fd, raw_kind_t kind, size_t max_bytes, const char *secret)
 {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     void *ctx = zmq_ctx_new();
     void *s = zmq_socket(ctx, ZMQ_ROUTER);
+    if (secret) {
+        /* No ZAP handler: libzmq lets every client that knows the server key in. */
+        int on = 1;
+        if (zmq_setsockopt(s, ZMQ_CURVE_SERVER, &on, sizeof(on)) != 0 ||
+            zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, secret, 40) != 0)
+            _exit(1);
+    }
     if (zmq_bind(s, "tcp://127.0.0.1:*") != 0)
         _exit(1);
     char ep[256];
@@ -70,8 +112,11 @@ static void raw_server(int port_fd, size_t max_bytes)
         if (zmq_msg_recv(&id, s, 0) < 0 || zmq_msg_recv(&body, s, 0) < 0)
             break;
         zmq_msg_send(&id, s, ZMQ_SNDMORE);
-        if (zmq_msg_size(&body) == sizeof(uint64_t) + 1 &&
-            ((char *)zmq_msg_data(&body))[0] == 'G') {
+        if (kind == RAW_ECHO) {
+            /* The same message back: no copy on this side. */
+            zmq_msg_send(&body, s, 0);
+        } else if (zmq_msg_size(&body) == sizeof(uint64_t) + 1 &&
+                   ((char *)zmq_msg_data(&body))[0] == 'G') {
             uint64_t want;
             memcpy(&want, (char *)zmq_msg_data(&body) + 1, sizeof(want));
             zmq_msg_t out;
@@ -86,13 +131,77 @@ static void raw_server(int port_fd, size_t max_bytes)
     _exit(0);
 }
 
-static result_t bench_raw(const char *endpoint, size_t bytes, int rounds)
+/*
+ * Forks a raw server (before this process has any ZeroMQ threads) and waits
+ * for its endpoint. With curve, makes it a CURVE server with a fresh key pair.
+ * Returns 0 or -1 with a message on stderr.
+ */
+static int raw_start(raw_server_t *rs, raw_kind_t kind, size_t max_bytes, bool curve)
 {
-    void *ctx = zmq_ctx_new();
+    char secret[41] = {0};
+    memset(rs, 0, sizeof(*rs));
+    rs->curve = curve;
+    if (curve && zmq_curve_keypair(rs->server_public, secret) != 0) {
+        fprintf(stderr, "zmq_curve_keypair: %s (libzmq without CURVE?)\n", zmq_strerror(errno));
+        return -1;
+    }
+    int fds[2];
+    if (pipe(fds) != 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        close(fds[0]);
+        raw_serve(fds[1], kind, max_bytes, curve ? secret : NULL);
+    }
+    close(fds[1]);
+    memset(secret, 0, sizeof(secret));
+    ssize_t n = read(fds[0], rs->endpoint, sizeof(rs->endpoint) - 1);
+    close(fds[0]);
+    if (n <= 0) {
+        fprintf(stderr, "raw server did not start\n");
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        return -1;
+    }
+    rs->pid = pid;
+    return 0;
+}
+
+static void raw_stop(raw_server_t *rs)
+{
+    if (rs->pid > 0) {
+        kill(rs->pid, SIGKILL);
+        waitpid(rs->pid, NULL, 0);
+        rs->pid = 0;
+    }
+}
+
+/* A DEALER connected to rs, a CURVE client with a fresh key pair when rs is CURVE. */
+static void *raw_connect(void *ctx, const raw_server_t *rs)
+{
     void *s = zmq_socket(ctx, ZMQ_DEALER);
     int linger = 0;
     zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof(linger));
-    zmq_connect(s, endpoint);
+    if (rs->curve) {
+        char pub[41], sec[41];
+        if (zmq_curve_keypair(pub, sec) != 0 ||
+            zmq_setsockopt(s, ZMQ_CURVE_SERVERKEY, rs->server_public, 40) != 0 ||
+            zmq_setsockopt(s, ZMQ_CURVE_PUBLICKEY, pub, 40) != 0 ||
+            zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, sec, 40) != 0) {
+            fprintf(stderr, "raw CURVE client: %s\n", zmq_strerror(errno));
+            exit(1);
+        }
+    }
+    zmq_connect(s, rs->endpoint);
+    return s;
+}
+
+static result_t bench_raw(const raw_server_t *rs, size_t bytes, int rounds)
+{
+    void *ctx = zmq_ctx_new();
+    void *s = raw_connect(ctx, rs);
     char *up = malloc(bytes);
     char *down = malloc(bytes);
     memset(up, 1, bytes);
@@ -126,12 +235,119 @@ static result_t bench_raw(const char *endpoint, size_t bytes, int rounds)
     return res;
 }
 
-static result_t bench_zps(size_t bytes, int rounds)
+/* X bytes up from the caller's buffer without copying, the same X bytes back into it. */
+static result_t bench_echo(const raw_server_t *rs, size_t bytes, int rounds)
+{
+    void *ctx = zmq_ctx_new();
+    void *s = raw_connect(ctx, rs);
+    char *up = malloc(bytes);
+    char *down = malloc(bytes);
+    memset(up, 1, bytes);
+    double *t = malloc(sizeof(double) * (size_t)(rounds + 2));
+    for (int r = -2; r < rounds; r++) { /* two warm-up rounds (the CURVE handshake) */
+        uint64_t t0 = zps_now_ns();
+        zmq_msg_t m;
+        zmq_msg_init_data(&m, up, bytes, NULL, NULL);
+        zmq_msg_send(&m, s, 0);
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, s, 0) < 0 || zmq_msg_size(&m) != bytes) {
+            fprintf(stderr, "echo: %s\n", zmq_strerror(errno));
+            exit(1);
+        }
+        memcpy(down, zmq_msg_data(&m), bytes);
+        zmq_msg_close(&m);
+        if (r >= 0)
+            t[r] = (double)(zps_now_ns() - t0) / 1e9;
+    }
+    qsort(t, (size_t)rounds, sizeof(double), cmp_double);
+    result_t res = {t[rounds / 2], rounds};
+    free(t);
+    free(up);
+    free(down);
+    zmq_close(s);
+    zmq_ctx_term(ctx);
+    return res;
+}
+
+/* ---- keys for the CURVE zps-server, in a temporary folder ---- */
+
+static char key_dir[64];
+
+static void key_path(char *out, size_t size, const char *name)
+{
+    snprintf(out, size, "%s/%s", key_dir, name);
+}
+
+/* Removes the key folder and what is in it (atexit: no secret is left behind). */
+static void keys_remove(void)
+{
+    static const char *const names[] = {"server.key", "server.pub", "client.key", "client.pub",
+                                        "authorized_keys"};
+    if (!key_dir[0])
+        return;
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        char p[128];
+        key_path(p, sizeof(p), names[i]);
+        unlink(p);
+    }
+    rmdir(key_dir);
+    key_dir[0] = '\0';
+}
+
+/*
+ * Writes a server and a client key pair and an authorized keys file that
+ * makes the client an admin (it initialises the model, then pushes and pulls
+ * as worker 0), as `zps keygen` and a user would. Exits on failure.
+ */
+static void keys_make(void)
+{
+    char why[256], p[128];
+    snprintf(key_dir, sizeof(key_dir), "/tmp/zps-bench-keys-XXXXXX");
+    if (!mkdtemp(key_dir)) {
+        perror("mkdtemp");
+        exit(1);
+    }
+    atexit(keys_remove);
+    zps_keypair_t srv, cli;
+    key_path(p, sizeof(p), "server");
+    if (zps_keypair_generate(&srv, why, sizeof(why)) != 0 ||
+        zps_keypair_write(p, &srv, false, why, sizeof(why)) != 0) {
+        fprintf(stderr, "server keys: %s\n", why);
+        exit(1);
+    }
+    key_path(p, sizeof(p), "client");
+    if (zps_keypair_generate(&cli, why, sizeof(why)) != 0 ||
+        zps_keypair_write(p, &cli, false, why, sizeof(why)) != 0) {
+        fprintf(stderr, "client keys: %s\n", why);
+        exit(1);
+    }
+    char z85[ZPS_KEY_Z85_CHARS + 1];
+    zps_key_encode(cli.public_key, z85);
+    zps_keypair_clear(&srv);
+    zps_keypair_clear(&cli);
+    key_path(p, sizeof(p), "authorized_keys");
+    FILE *f = fopen(p, "w");
+    if (!f || fprintf(f, "%s admin\n", z85) < 0 || fclose(f) != 0) {
+        fprintf(stderr, "%s: %s\n", p, strerror(errno));
+        exit(1);
+    }
+}
+
+/* zps round trips; through a CURVE server and client when curve is set (keys_make first). */
+static result_t bench_zps(size_t bytes, int rounds, bool curve)
 {
     harness_server_t srv;
+    char server_key[128], authorized[128], client_key[128], server_pub[128];
+    key_path(server_key, sizeof(server_key), "server.key");
+    key_path(authorized, sizeof(authorized), "authorized_keys");
+    key_path(client_key, sizeof(client_key), "client.key");
+    key_path(server_pub, sizeof(server_pub), "server.pub");
     /* lr tiny: the values barely move, the arithmetic is all done. */
-    const char *args[] = {"--workers", "1", "--lr", "1e-9", "--log-level", "warn", NULL};
-    if (harness_start(&srv, args) != 0) {
+    const char *plain[] = {"--workers", "1", "--lr", "1e-9", "--log-level", "warn", NULL};
+    const char *keyed[] = {"--workers",         "1",        "--lr",  "1e-9",
+                           "--log-level",       "warn",     "--key", server_key,
+                           "--authorized-keys", authorized, NULL};
+    if (harness_start(&srv, curve ? keyed : plain) != 0) {
         fprintf(stderr, "cannot start zps-server\n");
         exit(1);
     }
@@ -141,8 +357,18 @@ static result_t bench_zps(size_t bytes, int rounds)
     o.worker = 0;
     o.timeout_ms = 60000;
     o.retry_ms = 0;
+    char why[256];
+    if (curve && zps_client_opts_set_keys(&o, client_key, server_pub, why, sizeof(why)) != 0) {
+        fprintf(stderr, "client keys: %s\n", why);
+        exit(1);
+    }
     zps_client_t *c;
-    zps_client_new(eps, 1, &o, &c);
+    int made = zps_client_new(eps, 1, &o, &c);
+    zps_client_opts_clear(&o);
+    if (made != 0) {
+        fprintf(stderr, "zps_client_new: %s\n", zps_strerror(made));
+        exit(1);
+    }
     uint64_t n = bytes / sizeof(float);
     float *params = calloc(n, sizeof(float));
     float *grad = malloc(n * sizeof(float));
@@ -190,17 +416,72 @@ static size_t parse_size(const char *s)
     return (size_t)v / 4 * 4;
 }
 
+static void size_label(char *out, size_t size, size_t b)
+{
+    if (b >= 1024 * 1024)
+        snprintf(out, size, "%zu MiB", b / (1024 * 1024));
+    else
+        snprintf(out, size, "%zu KiB", b / 1024);
+}
+
+static double gbps(size_t bytes, result_t r)
+{
+    return 2.0 * (double)bytes / r.seconds / 1e9;
+}
+
+/* The machine-readable line of issue 15: RESULT kind=KIND size=BYTES rtt_us=MEDIAN gbps=GBPS */
+static void print_result(const char *kind, size_t bytes, result_t r)
+{
+    printf("RESULT kind=%s size=%zu rtt_us=%.1f gbps=%.3f\n", kind, bytes, r.seconds * 1e6,
+           gbps(bytes, r));
+}
+
+/* What is measured for one payload (the last three only with --curve). */
+typedef struct row {
+    size_t bytes;
+    result_t zps_plain, raw, zps_curve, echo_plain, echo_curve;
+} row_t;
+
+static void print_curve_table(const row_t *rows, size_t count)
+{
+    printf("\nencryption's cost: zps and a raw ZeroMQ echo (one message each way), plain and "
+           "CURVE\n");
+    printf("(GB/s ratio CURVE/plain; 'added' is the CURVE RTT minus the plain one)\n\n");
+    printf("%9s %7s | %12s %12s %8s %11s | %7s %12s %12s %8s %11s\n", "payload", "rounds",
+           "zps RTT", "CURVE RTT", "CURVE/", "added", "rounds", "echo RTT", "CURVE RTT", "CURVE/",
+           "added");
+    printf("%9s %7s | %12s %12s %8s %11s | %7s %12s %12s %8s %11s\n", "", "", "", "", "plain", "",
+           "", "", "", "plain", "");
+    for (size_t k = 0; k < count; k++) {
+        const row_t *w = &rows[k];
+        char label[32];
+        size_label(label, sizeof(label), w->bytes);
+        printf("%9s %7d | %9.1f us %9.1f us %8.2f %8.1f us | %7d %9.1f us %9.1f us %8.2f %8.1f "
+               "us\n",
+               label, w->zps_curve.rounds, w->zps_plain.seconds * 1e6, w->zps_curve.seconds * 1e6,
+               w->zps_plain.seconds / w->zps_curve.seconds,
+               (w->zps_curve.seconds - w->zps_plain.seconds) * 1e6, w->echo_curve.rounds,
+               w->echo_plain.seconds * 1e6, w->echo_curve.seconds * 1e6,
+               w->echo_plain.seconds / w->echo_curve.seconds,
+               (w->echo_curve.seconds - w->echo_plain.seconds) * 1e6);
+    }
+}
+
 int main(int argc, char **argv)
 {
     const char *sizes = "4K,1M,16M,64M";
     double seconds = 2.0;
+    bool curve = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--sizes") == 0 && i + 1 < argc)
             sizes = argv[++i];
         else if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc)
             seconds = atof(argv[++i]);
+        else if (strcmp(argv[i], "--curve") == 0)
+            curve = true;
         else {
-            fprintf(stderr, "usage: bench_pushpull [--sizes 4K,1M,16M,64M] [--seconds S]\n");
+            fprintf(stderr,
+                    "usage: bench_pushpull [--sizes 4K,1M,16M,64M] [--seconds S] [--curve]\n");
             return 2;
         }
     }
@@ -214,22 +495,22 @@ int main(int argc, char **argv)
     }
     free(copy);
 
-    /* Fork the raw server before this process creates any ZeroMQ threads. */
-    int fds[2];
-    if (pipe(fds) != 0)
+    /* Fork the raw servers before this process creates any ZeroMQ threads. */
+    raw_server_t raw, echo, echo_curve;
+    memset(&echo, 0, sizeof(echo));
+    memset(&echo_curve, 0, sizeof(echo_curve));
+    if (raw_start(&raw, RAW_PUSHPULL, max, false) != 0)
         return 1;
-    pid_t raw = fork();
-    if (raw == 0) {
-        close(fds[0]);
-        raw_server(fds[1], max);
+    if (curve) {
+        if (raw_start(&echo, RAW_ECHO, max, false) != 0 ||
+            raw_start(&echo_curve, RAW_ECHO, max, true) != 0) {
+            raw_stop(&raw);
+            raw_stop(&echo);
+            return 1;
+        }
+        keys_make();
     }
-    close(fds[1]);
-    char raw_ep[256] = {0};
-    if (read(fds[0], raw_ep, sizeof(raw_ep) - 1) <= 0) {
-        fprintf(stderr, "raw server did not start\n");
-        return 1;
-    }
-    close(fds[0]);
+    row_t rows[16];
 
     printf("push+pull round trips, one client, one server, 127.0.0.1 (median of N rounds)\n");
     printf("payload checksums: CRC32C, %s\n\n", zps_crc32c_kernel());
@@ -239,22 +520,43 @@ int main(int argc, char **argv)
            "zps/raw");
     for (size_t k = 0; k < count; k++) {
         size_t b = list[k];
-        int rounds = rounds_for(b, seconds);
-        result_t raw_r = bench_raw(raw_ep, b, rounds);
-        result_t zps_r = bench_zps(b, rounds);
-        double zgbs = 2.0 * (double)b / zps_r.seconds / 1e9;
-        double rgbs = 2.0 * (double)b / raw_r.seconds / 1e9;
+        int rounds = rounds_for(b, seconds, 1.5e9);
+        result_t raw_r = bench_raw(&raw, b, rounds);
+        result_t zps_r = bench_zps(b, rounds, false);
+        double zgbs = gbps(b, zps_r), rgbs = gbps(b, raw_r);
         char label[32];
-        if (b >= 1024 * 1024)
-            snprintf(label, sizeof(label), "%zu MiB", b / (1024 * 1024));
-        else
-            snprintf(label, sizeof(label), "%zu KiB", b / 1024);
+        size_label(label, sizeof(label), b);
         printf("%9s %7d | %9.1f us %9.2f | %9.1f us %9.2f | %8.2f %8.2f\n", label, rounds,
                zps_r.seconds * 1e6, zgbs, raw_r.seconds * 1e6, rgbs, zgbs / rgbs,
                zps_r.seconds / raw_r.seconds);
+        row_t *w = &rows[k];
+        w->bytes = b;
+        w->zps_plain = zps_r;
+        w->raw = raw_r;
+        if (curve) {
+            /* CURVE moves ~10x slower than plain TCP here: fewer rounds, about as long. */
+            int crounds = rounds_for(b, seconds, 1.5e8);
+            w->echo_plain = bench_echo(&echo, b, rounds);
+            w->echo_curve = bench_echo(&echo_curve, b, crounds);
+            w->zps_curve = bench_zps(b, crounds, true);
+        }
         fflush(stdout);
     }
-    kill(raw, SIGKILL);
-    waitpid(raw, NULL, 0);
+    if (curve)
+        print_curve_table(rows, count);
+    printf("\n");
+    for (size_t k = 0; k < count; k++) {
+        const row_t *w = &rows[k];
+        print_result("pushpull", w->bytes, w->zps_plain);
+        print_result("pushpull-raw", w->bytes, w->raw);
+        if (curve) {
+            print_result("pushpull-curve", w->bytes, w->zps_curve);
+            print_result("echo", w->bytes, w->echo_plain);
+            print_result("echo-curve", w->bytes, w->echo_curve);
+        }
+    }
+    raw_stop(&raw);
+    raw_stop(&echo);
+    raw_stop(&echo_curve);
     return 0;
 }
