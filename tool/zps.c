@@ -43,6 +43,7 @@ static const char *command = ""; /* "stats": names the command in error messages
 static void usage(FILE *f)
 {
     fprintf(f, "usage: zps COMMAND --servers E1[,E2...] [options]\n"
+               "       zps keygen PREFIX | zps checkpoint inspect FILE | zps launch [options]\n"
                "\n"
                "Commands:\n"
                "  init    set the initial model: --values V1,V2,... or --file F (raw\n"
