@@ -23,9 +23,7 @@ worker_bin=$3
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/netns.sh"
 
-now() { date +%s.%N; }
-secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
-t_start=$(now)
+t_start=$(mh_now)
 mh_up 3 50
 d=$mh_dir
 workers=4
@@ -34,13 +32,7 @@ train=(--data synthetic:n=2000,test=500,dim=16,classes=4 --model mlp:16-32-4 --b
 opt=(--optimizer momentum --momentum 0.9 --lr 0.05)
 
 # --- keys: one pair for both servers, worker 0 admin, worker R its rank ---
-for k in srv w0 w1 w2 w3 rd; do on_host 0 "$zps" keygen "$d/$k" >/dev/null; done
-{
-    echo "# multihost_cluster"
-    echo "$(cat "$d/w0.pub") admin"
-    for r in 1 2 3; do echo "$(cat "$d/w$r.pub") worker $r"; done
-    echo "$(cat "$d/rd.pub") reader"
-} >"$d/authorized_keys"
+mh_keys "$zps" "$workers"
 
 # --- two servers, each on its own host's address ---
 servers=
@@ -63,7 +55,7 @@ for s in 0 1; do
     grep -q "authentication on" "$d/server-$s.log" ||
         mh_fail "server $s: no 'authentication on': $(head -5 "$d/server-$s.log")"
 done
-t_up=$(now)
+t_up=$(mh_now)
 
 # --- four workers over three hosts: w0 and w3 on host 2, w1 on host 0, w2 on host 1 ---
 host_of=(2 0 1 2)
@@ -80,7 +72,7 @@ for r in 0 1 2 3; do
     mh_wait_pid "${wpids[$r]}" 45
     [ "$mh_rc" -eq 0 ] || mh_fail "worker $r on host ${host_of[$r]} exited $mh_rc: $(tail -5 "$d/worker-$r.log")"
 done
-t_trained=$(now)
+t_trained=$(mh_now)
 
 # --- the same training in one process, on a host too ---
 on_host 1 "$worker_bin" --local --workers $workers "${train[@]}" "${opt[@]}" --no-progress \
@@ -114,7 +106,7 @@ for s in 0 1; do
         mh_fail "zps stats without a key from host 2 exited $rc: $(cat "$d/nokey.err")"
 done
 
-t_end=$(now)
+t_end=$(mh_now)
 printf 'multihost_cluster: ok: %s (servers %s; up %s s, trained %s s, total %s s)\n' \
-    "$cluster_line" "$servers" "$(secs "$t_start" "$t_up")" "$(secs "$t_up" "$t_trained")" \
-    "$(secs "$t_start" "$t_end")"
+    "$cluster_line" "$servers" "$(mh_secs "$t_start" "$t_up")" "$(mh_secs "$t_up" "$t_trained")" \
+    "$(mh_secs "$t_start" "$t_end")"

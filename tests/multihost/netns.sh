@@ -41,6 +41,11 @@
 #                        and deletes the namespaces (and with them the veths and
 #                        the bridge). Idempotent; the EXIT trap calls it.
 #   mh_fail MSG          "FAIL: MSG" on stderr, exit 1 (teardown by the trap)
+#   mh_keys ZPS W        on host 0, `zps keygen` key pairs in $mh_dir: srv (the
+#                        servers'), w0 ... w(W-1), rd; and $mh_dir/authorized_keys
+#                        with w0 admin (worker 0 initialises the model), wR a
+#                        worker key for rank R only, rd a reader
+#   mh_now, mh_secs A B  wall time in seconds; B - A to one decimal
 #
 # A test sources this file, calls mh_up, and runs everything through on_host
 # or mh_start. Names carry the PID ("zmh<PID>-h<I>", "zmh<PID>-br") so runs in
@@ -48,6 +53,8 @@
 
 mh_skip() { echo "SKIP: $*"; exit 77; }
 mh_fail() { echo "FAIL: $*" >&2; exit 1; }
+mh_now() { date +%s.%N; }
+mh_secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
 
 mh_tag=zmh$$
 mh_hosts=0
@@ -310,4 +317,16 @@ heal() {
         ;;
     *) mh_fail "heal: neither nft nor iptables" ;;
     esac
+}
+
+mh_keys() {
+    local zps=$1 workers=$2 r
+    for k in srv rd $(seq -f 'w%g' 0 $((workers - 1))); do
+        on_host 0 "$zps" keygen "$mh_dir/$k" >/dev/null
+    done
+    {
+        echo "$(cat "$mh_dir/w0.pub") admin"
+        for ((r = 1; r < workers; r++)); do echo "$(cat "$mh_dir/w$r.pub") worker $r"; done
+        echo "$(cat "$mh_dir/rd.pub") reader"
+    } >"$mh_dir/authorized_keys"
 }

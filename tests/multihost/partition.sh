@@ -22,9 +22,7 @@ worker_bin=$3
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/netns.sh"
 
-now() { date +%s.%N; }
-secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
-t_start=$(now)
+t_start=$(mh_now)
 mh_require_firewall
 mh_up 3 80
 d=$mh_dir
@@ -32,12 +30,7 @@ workers=3
 clocks=300
 cut_s=5
 
-for k in srv w0 w1 w2 rd; do on_host 0 "$zps" keygen "$d/$k" >/dev/null; done
-{
-    echo "$(cat "$d/w0.pub") admin"
-    for r in 1 2; do echo "$(cat "$d/w$r.pub") worker $r"; done
-    echo "$(cat "$d/rd.pub") reader"
-} >"$d/authorized_keys"
+mh_keys "$zps" "$workers"
 
 servers=
 for s in 0 1; do
@@ -93,7 +86,7 @@ done
 
 # --- the cut: host 2 and host 0 no longer hear each other ---
 partition 2 0
-t_cut=$(now)
+t_cut=$(mh_now)
 mh_reachable 2 0 && mh_fail "host 2 still reaches host 0 after partition"
 mh_reachable 2 1 || mh_fail "host 2 lost host 1 too"
 ok=no
@@ -105,17 +98,17 @@ for _ in $(seq 1 80); do
     sleep 0.1
 done
 [ "$ok" = yes ] || mh_fail "server 0 did not evict worker 2 within 8 s of the cut: $(show 0)"
-t_evicted=$(now)
+t_evicted=$(mh_now)
 evicted_stats=$(show 0)
 # Hold the cut for $cut_s seconds in all (bounded: the loop counts tenths).
 for _ in $(seq 1 $((cut_s * 10))); do
-    [ "$(awk -v a="$t_cut" -v b="$(now)" -v c="$cut_s" 'BEGIN { print (b - a >= c) }')" = 1 ] && break
+    [ "$(awk -v a="$t_cut" -v b="$(mh_now)" -v c="$cut_s" 'BEGIN { print (b - a >= c) }')" = 1 ] && break
     sleep 0.1
 done
 stats 0 || mh_fail "stats of server 0 during the cut"
 clock_cut=$(field clocks 2)
 heal 2 0
-t_heal=$(now)
+t_heal=$(mh_now)
 mh_reachable 2 0 || mh_fail "host 2 does not reach host 0 after heal"
 
 # --- back: live again on server 0, its clock there advancing ---
@@ -128,7 +121,7 @@ for _ in $(seq 1 300); do
     sleep 0.1
 done
 [ "$ok" = yes ] || mh_fail "worker 2 did not rejoin server 0 within 30 s of the heal: $(show 0)"
-t_rejoined=$(now)
+t_rejoined=$(mh_now)
 rejoined_stats=$(show 0)
 
 # --- training finishes everywhere ---
@@ -153,13 +146,13 @@ done
 stats_of=0
 [ "$(field evictions 2)" -ge 1 ] || mh_fail "server 0 lost the eviction count: $(show 0)"
 final1=$(show 1)
-t_end=$(now)
+t_end=$(mh_now)
 
-echo "evicted $(secs "$t_cut" "$t_evicted") s after the cut: $evicted_stats"
-echo "healed after $(secs "$t_cut" "$t_heal") s (worker 2 at clock $clock_cut on server 0);" \
-    "live again $(secs "$t_heal" "$t_rejoined") s later: $rejoined_stats"
+echo "evicted $(mh_secs "$t_cut" "$t_evicted") s after the cut: $evicted_stats"
+echo "healed after $(mh_secs "$t_cut" "$t_heal") s (worker 2 at clock $clock_cut on server 0);" \
+    "live again $(mh_secs "$t_heal" "$t_rejoined") s later: $rejoined_stats"
 echo "server 1 at the end: $final1"
 echo "server 0: $(grep -m1 'worker 2 evicted' "$d/server-0.log" | sed 's/.*\] //');" \
     "$(grep -m1 'worker 2 is back' "$d/server-0.log" | sed 's/.*\] //')"
 echo "worker 2: $(grep -m1 'waiting for server 0' "$d/worker-2.log" | sed 's/.*\] //')"
-echo "multihost_partition: ok (total $(secs "$t_start" "$t_end") s)"
+echo "multihost_partition: ok (total $(mh_secs "$t_start" "$t_end") s)"
