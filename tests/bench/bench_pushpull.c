@@ -57,6 +57,15 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* The median of rounds timings t[rounds] (sorted in place, then freed). */
+static result_t median_of(double *t, int rounds)
+{
+    qsort(t, (size_t)rounds, sizeof(double), cmp_double);
+    result_t res = {t[rounds / 2], rounds};
+    free(t);
+    return res;
+}
+
 /*
  * Rounds to run for a payload: enough for ~`seconds` of work, at least 5.
  * bytes_per_s is a rough first guess of the speed each way.
@@ -225,9 +234,7 @@ static result_t bench_raw(const raw_server_t *rs, size_t bytes, int rounds)
         if (r >= 0)
             t[r] = (double)(zps_now_ns() - t0) / 1e9;
     }
-    qsort(t, (size_t)rounds, sizeof(double), cmp_double);
-    result_t res = {t[rounds / 2], rounds};
-    free(t);
+    result_t res = median_of(t, rounds);
     free(up);
     free(down);
     zmq_close(s);
@@ -259,9 +266,7 @@ static result_t bench_echo(const raw_server_t *rs, size_t bytes, int rounds)
         if (r >= 0)
             t[r] = (double)(zps_now_ns() - t0) / 1e9;
     }
-    qsort(t, (size_t)rounds, sizeof(double), cmp_double);
-    result_t res = {t[rounds / 2], rounds};
-    free(t);
+    result_t res = median_of(t, rounds);
     free(up);
     free(down);
     zmq_close(s);
@@ -393,9 +398,7 @@ static result_t bench_zps(size_t bytes, int rounds, bool curve)
         if (r >= 0)
             t[r] = (double)(zps_now_ns() - t0) / 1e9;
     }
-    qsort(t, (size_t)rounds, sizeof(double), cmp_double);
-    result_t res = {t[rounds / 2], rounds};
-    free(t);
+    result_t res = median_of(t, rounds);
     free(params);
     free(grad);
     zps_client_free(c);
