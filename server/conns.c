@@ -362,7 +362,7 @@ static void close_for(zps_conns_t *c, int fd, const char *why, uint64_t unread, 
     shut(fd, k);
 }
 
-void zps_conns_watch(zps_conns_t *c, uint64_t rss_bytes)
+void zps_conns_watch(zps_conns_t *c)
 {
     if (!c->peer_buffer)
         return;
@@ -396,9 +396,14 @@ void zps_conns_watch(zps_conns_t *c, uint64_t rss_bytes)
         c->closed_buffer++;
         close_for(c, worst, "all connections together hold more than their bound", sum,
                   c->unread_total);
-    } else if (rss_bytes > bound && worst_unread >= MEMORY_MIN_UNREAD) {
-        c->closed_memory++;
-        close_for(c, worst, "the server's memory is above its bound", rss_bytes, bound);
+    } else if (worst_unread >= MEMORY_MIN_UNREAD) {
+        /* The resident size is read only when a connection could be the
+         * one to close for it, not on every check. */
+        uint64_t rss = zps_conns_rss();
+        if (rss > bound) {
+            c->closed_memory++;
+            close_for(c, worst, "the server's memory is above its bound", rss, bound);
+        }
     }
 }
 

@@ -133,11 +133,12 @@ uint64_t zps_conns_memory_bound(const zps_conns_t *c);
 /*
  * Checks every open TCP connection's unread bytes against the peer buffer
  * bound, their sum against the unread total, and the resident size
- * (rss_bytes, 0 if unknown) against the memory bound; shuts down the
- * connections that pass them, the one with the most unread bytes first.
- * Call after a drain that left nothing to read.
+ * (zps_conns_rss, read only when some connection holds enough unread bytes
+ * to be closed for it) against the memory bound; shuts down the connections
+ * that pass them, the one with the most unread bytes first. Call after a
+ * drain that left nothing to read.
  */
-void zps_conns_watch(zps_conns_t *c, uint64_t rss_bytes);
+void zps_conns_watch(zps_conns_t *c);
 
 /* Writes the "connections" and "limits" STATS members (no braces around both). */
 void zps_conns_json(const zps_conns_t *c, zps_strbuf_t *b);

@@ -310,7 +310,7 @@ static void on_watch(uv_timer_t *t)
     zps_daemon_drain(d);
     if (d->stopping || uv_is_active((uv_handle_t *)&d->idle))
         return;
-    zps_conns_watch(&d->conns, zps_conns_rss());
+    zps_conns_watch(&d->conns);
 }
 
 void zps_daemon_model_known(zps_daemon_t *d)
