@@ -23,8 +23,11 @@
  *     that match the messages sent and the pushes applied, and its
  *     parameters are bit for bit those of the reference (SGD in float32).
  *
- * The server has no option for its message size limit (ZMQ_MAXMSGSIZE is
- * fixed at 4 GiB, docs/protocol.md "Limits"); frames here stay below 3 MB.
+ * The bytes of one burst stay below half the server's per-connection bound
+ * on unread bytes (STATS limits.peer_buffer_bytes, docs/protocol.md
+ * "Limits"): past it the server may shut a connection holding an unfinished
+ * message, by design, and a test that wants every message answered must not
+ * reach it. The checks assert that no connection was shut for it.
  * ZPS_FUZZ_SEED and ZPS_FUZZ_ITERS override the seed and the burst count.
  */
 #include <math.h>
@@ -125,8 +128,11 @@ static void note(message_t *m, const char *fmt, ...)
     va_end(ap);
 }
 
+/* Bytes the burst being built may still send in random frames. */
+static size_t budget_left;
+
 /* A frame size of interest: tiny, odd, around the payload's, or large. */
-static size_t frame_size(void)
+static size_t frame_size_any(void)
 {
     static const size_t sizes[] = {
         0, 1, 3, 4, 5, 7, PBYTES - 4, PBYTES - 1, PBYTES + 1, PBYTES + 4, PBYTES, 2 * PBYTES};
@@ -142,6 +148,16 @@ static size_t frame_size(void)
     default:
         return sizes[below(sizeof(sizes) / sizeof(sizes[0]))];
     }
+}
+
+/* frame_size_any(), cut to the burst's budget and taken from it. */
+static size_t frame_size(void)
+{
+    size_t size = frame_size_any();
+    if (size > budget_left)
+        size = budget_left;
+    budget_left -= size;
+    return size;
 }
 
 /* A frame of `size` random bytes (a window on the noise buffer). */
@@ -374,6 +390,7 @@ typedef struct fuzz {
     unsigned long sent;   /* complete messages sent, all sockets */
     unsigned long errors; /* error replies received */
     unsigned long big;    /* frames of 1 MB and more */
+    size_t burst_bytes;   /* the most random-frame bytes in one burst */
     uint64_t next_id;
 } fuzz_t;
 
@@ -494,15 +511,23 @@ static void side_exchange(fuzz_t *f, void *sock)
     free(m);
 }
 
-static unsigned long long json_count(const char *json, const char *key)
+/* The number after "key": in the object "group":{...} of a STATS reply. */
+static unsigned long long json_count_in(const char *json, const char *group, const char *key)
 {
-    const char *counts = strstr(json, "\"counts\":{");
+    char obj[64];
+    snprintf(obj, sizeof(obj), "\"%s\":{", group);
+    const char *counts = strstr(json, obj);
     assert_non_null(counts);
     char pat[64];
     snprintf(pat, sizeof(pat), "\"%s\":", key);
     const char *at = strstr(counts, pat);
     assert_non_null(at);
     return strtoull(at + strlen(pat), NULL, 10);
+}
+
+static unsigned long long json_count(const char *json, const char *key)
+{
+    return json_count_in(json, "counts", key);
 }
 
 /* The server is alive, its parameters are the reference's, its counters the test's. */
@@ -553,6 +578,14 @@ static void full_check(fuzz_t *f, long burst)
                  "%llu errors; the test sent %lu, applied %lu, %lu retries, %lu errors",
                  burst, in, applied, retries, errors, f->sent, f->ref.applied, f->ref.retries,
                  f->errors);
+    unsigned long long shut_buffer = json_count_in(json, "connections", "closed_buffer");
+    unsigned long long shut_memory = json_count_in(json, "connections", "closed_memory");
+    if (shut_buffer || shut_memory)
+        fail_msg("after burst %ld the server has shut %llu connections for unread bytes and "
+                 "%llu for memory; the bursts stay below %zu bytes",
+                 burst, shut_buffer, shut_memory, f->burst_bytes);
+    if (!f->burst_bytes)
+        f->burst_bytes = json_count_in(json, "limits", "peer_buffer_bytes") / 2;
     reply_free(&rp);
     free(m);
 }
@@ -563,6 +596,7 @@ static void burst(fuzz_t *f, long b)
     message_t *msgs = calloc(MAX_MSGS, sizeof(*msgs));
     assert_non_null(msgs);
     int n = 1 + (int)below(MAX_MSGS);
+    budget_left = f->burst_bytes;
     for (int i = 0; i < n; i++) {
         build(&msgs[i], &f->ref, f->next_id++);
         for (int k = 0; k < msgs[i].nframes; k++)
@@ -668,6 +702,10 @@ static void test_fuzz_frames(void **state)
     check_reply(f, m, &rp);
     reply_free(&rp);
     free(m);
+
+    /* The server's bound on unread bytes, now that it knows the shard. */
+    full_check(f, -1);
+    assert_true(f->burst_bytes >= NOISE_BYTES);
 
     double t0 = now_s();
     long b = 0;
