@@ -24,9 +24,18 @@
  * starts, and every command line, launch's own client too, gets the path of
  * its own secret key and the servers' public key.
  *
+ * With --hosts every child runs on its host over ssh (launch_hosts.h): the
+ * same child_t, its command line wrapped in ssh and the far side's
+ * supervisor (launch_remote.h), its log arriving on ssh's stderr and its
+ * endpoint or metrics file on ssh's stdout, written to the run folder where
+ * a local child would have written them, so the rest of this file does not
+ * care where a child runs. Stopping one writes "TERM" or "KILL" to its
+ * ssh's stdin; ssh itself is killed only when its host does not answer.
+ *
  * Not here: reading and checking the flags (launch_opts.c), the default
  * recipe (launch_plan.c), command-line vectors (launch_argv.c), the figures
- * (runstats.c). All the run's state is one launch_t, passed to every
+ * (runstats.c), the hosts and the far side (launch_hosts.c,
+ * launch_remote.c). All the run's state is one launch_t, passed to every
  * callback through its handle's data.
  */
 #include "launch.h"
@@ -53,9 +62,11 @@
 #include "error.h"
 #include "json.h"
 #include "launch_argv.h"
+#include "launch_hosts.h"
 #include "launch_keys.h"
 #include "launch_opts.h"
 #include "launch_plan.h"
+#include "launch_remote.h"
 #include "metrics.h"
 #include "parse.h"
 #include "runstats.h"
@@ -96,7 +107,15 @@ typedef struct child {
     char log_path[PATH_MAX + 64];
     char endpoint_path[PATH_MAX + 64];
     char metrics_path[PATH_MAX + 64];
-    char endpoint[256];
+    char endpoint[300];
+    /* --hosts: where it runs, and the files it writes there */
+    const zps_launch_host_t *host;
+    char far_endpoint[PATH_MAX + 64];
+    char far_metrics[PATH_MAX + 64];
+    uv_pipe_t ctl; /* its ssh's stdin: the far side's words (launch_remote.h) */
+    bool ctl_open;
+    bool far_killed;  /* "KILL" was sent */
+    uint64_t kill_ns; /* when, until ssh itself was killed (then 0) */
     uv_process_t proc;
     bool spawned, running, stopped_by_us, killed;
     uint64_t term_ns; /* when we sent SIGTERM */
@@ -112,8 +131,9 @@ typedef struct launch {
     char server_bin[PATH_MAX], worker_bin[PATH_MAX];
     char dir[PATH_MAX]; /* the run folder, absolute */
     char name[256];
-    zps_argv_t own_argv;     /* the launcher's own command line */
-    zps_launch_keys_t *keys; /* --keys: the run's key files; NULL without */
+    zps_argv_t own_argv;      /* the launcher's own command line */
+    zps_launch_keys_t *keys;  /* --keys: the run's key files; NULL without */
+    zps_launch_hosts_t hosts; /* --hosts: the hosts (hosts.n == 0 without) */
 
     uv_loop_t loop;
     uv_timer_t tick;
@@ -180,10 +200,34 @@ static FILE *open_in_run(launch_t *L, const char *name, const char *mode)
 
 /* ---- stopping ---- */
 
+/* Sends a word to a far child's supervisor (launch_remote.h). */
+static void tell_far(child_t *c, const char *word)
+{
+    if (!c->ctl_open)
+        return;
+    uv_buf_t b = uv_buf_init((char *)word, (unsigned)strlen(word));
+    uv_try_write((uv_stream_t *)&c->ctl, &b, 1); /* a few bytes into an empty pipe */
+}
+
 static void signal_child(child_t *c, int sig)
 {
     if (!c->running || c->pid <= 0)
         return;
+    if (c->host && (sig == SIGTERM || sig == SIGKILL)) {
+        /* The far side signals the process; ssh stays to bring back its
+         * last words and status. If the host does not answer, kill_late
+         * ends ssh itself. */
+        if (sig == SIGTERM) {
+            tell_far(c, "TERM\n");
+            return;
+        }
+        if (!c->far_killed) {
+            tell_far(c, "KILL\n");
+            c->far_killed = true;
+            c->kill_ns = zps_now_ns();
+            return;
+        }
+    }
     /* The child leads its own group: signal the group, so anything it
      * started goes too; a stopped process cannot act on SIGTERM. */
     if (sig != SIGKILL) {
@@ -223,6 +267,11 @@ static void kill_late(launch_t *L, bool now)
             if (c->running && c->stopped_by_us && !c->killed &&
                 (now || secs_since(c->term_ns) > STOP_GRACE_S)) {
                 c->killed = true;
+                signal_child(c, SIGKILL);
+            } else if (c->running && c->kill_ns && (now || secs_since(c->kill_ns) > STOP_GRACE_S)) {
+                /* A far child whose host has not answered "KILL": end its
+                 * ssh; the far side stops it when its input ends. */
+                c->kill_ns = 0;
                 signal_child(c, SIGKILL);
             }
         }
@@ -503,6 +552,33 @@ static void fetch_stats(launch_t *L)
 
 /* ---- spawning ---- */
 
+static void close_ctl(child_t *c)
+{
+    if (c->ctl_open) {
+        c->ctl_open = false;
+        uv_close((uv_handle_t *)&c->ctl, on_handle_closed);
+    }
+}
+
+/* The path of `name` (a path already when it has a '/'), looked up in PATH. */
+static int find_in_path(const char *name, char *out, size_t size)
+{
+    if (strchr(name, '/')) {
+        snprintf(out, size, "%s", name);
+        return access(out, X_OK) == 0 ? 0 : ZPS_EINVAL;
+    }
+    const char *pathenv = getenv("PATH");
+    char *copy = strdup(pathenv ? pathenv : "/usr/bin:/bin");
+    char *save = NULL;
+    int rc = ZPS_EINVAL;
+    for (char *d = copy ? strtok_r(copy, ":", &save) : NULL; d && rc;
+         d = strtok_r(NULL, ":", &save))
+        if (snprintf(out, size, "%s/%s", d, name) < (int)size && access(out, X_OK) == 0)
+            rc = 0;
+    free(copy);
+    return rc;
+}
+
 static void on_child_exit(uv_process_t *p, int64_t exit_status, int term_signal);
 
 static int spawn(launch_t *L, child_t *c)
@@ -512,18 +588,52 @@ static int spawn(launch_t *L, child_t *c)
         say(L, "cannot create %s: %s", c->log_path, strerror(errno));
         return ZPS_EIO;
     }
-    /* zps launch --exec-child PPID BIN ARGS...: see the file comment. */
+    /* A far child's forwarded file (its endpoint or its metrics) arrives
+     * on ssh's stdout and is written where a local child would write it. */
+    const char *local = c->server ? c->endpoint_path : c->metrics_path;
+    int out = c->host ? open(local, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644) : fd;
+    if (out < 0) {
+        say(L, "cannot create %s: %s", local, strerror(errno));
+        close(fd);
+        return ZPS_EIO;
+    }
+    /* zps launch --exec-child PPID BIN ARGS...: see the file comment. With
+     * --hosts, BIN is ssh and the command runs on the child's host. */
     zps_argv_t args = {0};
     int rc = zps_argv_push(&args, L->self) || zps_argv_push(&args, "launch") ||
                      zps_argv_push(&args, "--exec-child") ||
-                     zps_argv_pushf(&args, "%d", (int)getpid()) || zps_argv_extend(&args, &c->argv)
+                     zps_argv_pushf(&args, "%d", (int)getpid())
                  ? ZPS_ENOMEM
                  : 0;
+    if (rc == 0 && c->host)
+        rc =
+            zps_launch_hosts_command(&L->hosts, c->host, L->self,
+                                     c->server ? c->far_endpoint : c->far_metrics, &c->argv, &args);
+    else if (rc == 0)
+        rc = zps_argv_extend(&args, &c->argv) ? ZPS_ENOMEM : 0;
+    if (rc == 0 && c->host) {
+        /* ssh is looked up in PATH here; --exec-child wants a path. */
+        char path[PATH_MAX];
+        if (find_in_path(args.v[4], path, sizeof(path)) != 0) {
+            say(L, "cannot find %s in PATH (give --ssh)", args.v[4]);
+            rc = ZPS_EINVAL;
+        } else {
+            free(args.v[4]);
+            args.v[4] = strdup(path);
+            rc = args.v[4] ? 0 : ZPS_ENOMEM;
+        }
+    }
     if (rc == 0) {
         uv_stdio_container_t stdio[3];
         stdio[0].flags = UV_IGNORE;
+        if (c->host) {
+            uv_pipe_init(&L->loop, &c->ctl, 0);
+            c->ctl_open = true;
+            stdio[0].flags = UV_CREATE_PIPE | UV_READABLE_PIPE;
+            stdio[0].data.stream = (uv_stream_t *)&c->ctl;
+        }
         stdio[1].flags = UV_INHERIT_FD;
-        stdio[1].data.fd = fd;
+        stdio[1].data.fd = out;
         stdio[2].flags = UV_INHERIT_FD;
         stdio[2].data.fd = fd;
         uv_process_options_t po;
@@ -540,6 +650,7 @@ static int spawn(launch_t *L, child_t *c)
             say(L, "cannot start %s (%s): %s", c->name, c->argv.v[0], uv_strerror(uvrc));
             /* uv_spawn initialised the handle even on failure; it must be closed. */
             uv_close((uv_handle_t *)&c->proc, on_handle_closed);
+            close_ctl(c);
             rc = ZPS_EIO;
         } else {
             c->spawned = true;
@@ -553,6 +664,8 @@ static int spawn(launch_t *L, child_t *c)
         }
     }
     zps_argv_free(&args);
+    if (out != fd)
+        close(out);
     close(fd);
     return rc;
 }
@@ -577,6 +690,14 @@ static bool start_child(launch_t *L, child_t *c, FILE *cmds, int bad)
         return false;
     }
     return true;
+}
+
+/* The path of the run's key file `name` as child c sees it: RUN/keys, or its host's copy. */
+static const char *key_path(const launch_t *L, const child_t *c, const char *name, char *buf,
+                            size_t size)
+{
+    snprintf(buf, size, "%s/keys/%s", c->host ? c->host->dir : L->dir, name);
+    return buf;
 }
 
 static void start_workers(launch_t *L)
@@ -615,14 +736,16 @@ static void start_workers(launch_t *L)
                zps_argv_push(&e->argv, list) || zps_argv_push(&e->argv, "--evaluator") ||
                zps_argv_push(&e->argv, "--workers") ||
                zps_argv_pushf(&e->argv, "%u", L->o->workers) ||
-               zps_argv_push(&e->argv, "--metrics") || zps_argv_push(&e->argv, e->metrics_path) ||
+               zps_argv_push(&e->argv, "--metrics") ||
+               zps_argv_push(&e->argv, e->host ? e->far_metrics : e->metrics_path) ||
                zps_argv_push(&e->argv, "--no-progress");
     /* With --keys each process gets the path of its own secret key, never the key. */
+    char key[PATH_MAX + 128], pub[PATH_MAX + 128];
     if (L->keys)
         ebad = ebad || zps_argv_push(&e->argv, "--key") ||
-               zps_argv_push(&e->argv, L->keys->evaluator) ||
+               zps_argv_push(&e->argv, key_path(L, e, "evaluator.key", key, sizeof(key))) ||
                zps_argv_push(&e->argv, "--server-key") ||
-               zps_argv_push(&e->argv, L->keys->server_pub);
+               zps_argv_push(&e->argv, key_path(L, e, "server.pub", pub, sizeof(pub)));
     ebad = ebad || zps_argv_extend(&e->argv, &L->o->worker_args);
     if (!start_child(L, e, cmds, ebad)) {
         if (cmds)
@@ -636,15 +759,18 @@ static void start_workers(launch_t *L)
                   zps_argv_push(a, list) || zps_argv_push(a, "--rank") ||
                   zps_argv_pushf(a, "%u", r) || zps_argv_push(a, "--workers") ||
                   zps_argv_pushf(a, "%u", L->o->workers) || zps_argv_push(a, "--metrics") ||
-                  zps_argv_push(a, c->metrics_path) || zps_argv_push(a, "--no-progress");
+                  zps_argv_push(a, c->host ? c->far_metrics : c->metrics_path) ||
+                  zps_argv_push(a, "--no-progress");
         /* The evaluator evaluates: no training worker stops for it. */
         if (r == 0)
             bad = bad || zps_argv_push(a, "--no-eval");
         if (L->keys) {
-            char key[PATH_MAX + 64];
-            zps_launch_keys_worker(L->keys, r, key, sizeof(key));
-            bad = bad || zps_argv_push(a, "--key") || zps_argv_push(a, key) ||
-                  zps_argv_push(a, "--server-key") || zps_argv_push(a, L->keys->server_pub);
+            char name[64];
+            snprintf(name, sizeof(name), "worker-%u.key", r);
+            bad = bad || zps_argv_push(a, "--key") ||
+                  zps_argv_push(a, key_path(L, c, name, key, sizeof(key))) ||
+                  zps_argv_push(a, "--server-key") ||
+                  zps_argv_push(a, key_path(L, c, "server.pub", pub, sizeof(pub)));
         }
         bad = bad || zps_argv_extend(a, &L->o->worker_args);
         for (size_t s = 0; s < L->o->spec_count; s++)
@@ -663,12 +789,17 @@ static void start_servers(launch_t *L)
     for (uint32_t i = 0; i < L->o->servers; i++) {
         child_t *c = &L->servers[i];
         zps_argv_t *a = &c->argv;
+        /* Over ssh: the address of its host as the hosts file names it, and
+         * a known port, so that every worker can be told it in advance. */
         int bad = zps_argv_push(a, L->server_bin) || zps_argv_push(a, "--listen") ||
-                  zps_argv_push(a, "tcp://127.0.0.1:*") || zps_argv_push(a, "--endpoint-file") ||
-                  zps_argv_push(a, c->endpoint_path) || zps_argv_push(a, "--shard") ||
-                  zps_argv_pushf(a, "%u/%u", i, L->o->servers) || zps_argv_push(a, "--workers") ||
-                  zps_argv_pushf(a, "%u", L->o->workers) || zps_argv_push(a, "--mode") ||
-                  zps_argv_push(a, L->o->mode);
+                  (c->host ? zps_argv_pushf(a, "tcp://%s:%u", c->host->name,
+                                            zps_launch_hosts_port(&L->hosts, i))
+                           : zps_argv_push(a, "tcp://127.0.0.1:*")) ||
+                  zps_argv_push(a, "--endpoint-file") ||
+                  zps_argv_push(a, c->host ? c->far_endpoint : c->endpoint_path) ||
+                  zps_argv_push(a, "--shard") || zps_argv_pushf(a, "%u/%u", i, L->o->servers) ||
+                  zps_argv_push(a, "--workers") || zps_argv_pushf(a, "%u", L->o->workers) ||
+                  zps_argv_push(a, "--mode") || zps_argv_push(a, L->o->mode);
         if (strcmp(L->o->mode, "ssp") == 0)
             bad =
                 bad || zps_argv_push(a, "--staleness") || zps_argv_pushf(a, "%u", L->o->ssp_bound);
@@ -677,15 +808,43 @@ static void start_servers(launch_t *L)
                   zps_argv_pushf(a, "%u", L->o->backup);
         if (L->o->lr_staleness)
             bad = bad || zps_argv_push(a, "--lr-staleness") || zps_argv_push(a, L->o->lr_staleness);
+        char key[PATH_MAX + 128], auth[PATH_MAX + 128];
         if (L->keys)
-            bad = bad || zps_argv_push(a, "--key") || zps_argv_push(a, L->keys->server_key) ||
-                  zps_argv_push(a, "--authorized-keys") || zps_argv_push(a, L->keys->authorized);
+            bad = bad || zps_argv_push(a, "--key") ||
+                  zps_argv_push(a, key_path(L, c, "server.key", key, sizeof(key))) ||
+                  zps_argv_push(a, "--authorized-keys") ||
+                  zps_argv_push(a, key_path(L, c, "authorized_keys", auth, sizeof(auth)));
         bad = bad || zps_argv_extend(a, &L->o->server_args);
         if (!start_child(L, c, cmds, bad))
             break;
     }
     if (cmds)
         fclose(cmds);
+}
+
+/*
+ * A far server has bound what its host's name resolves to there: a loopback
+ * address (Debian maps a machine's own name to 127.0.1.1) cannot be reached
+ * from the other hosts. Aborts the run when so. Then the endpoint workers
+ * are given is the host's name as the hosts file has it.
+ */
+static bool far_endpoint_ok(launch_t *L, child_t *c)
+{
+    const char *addr = c->endpoint + (strncmp(c->endpoint, "tcp://", 6) == 0 ? 6 : 0);
+    bool loopback = strncmp(addr, "127.", 4) == 0 || strncmp(addr, "[::1]", 5) == 0;
+    bool named_loopback = strncmp(c->host->name, "127.", 4) == 0 ||
+                          strcmp(c->host->name, "localhost") == 0 ||
+                          strcmp(c->host->name, "::1") == 0;
+    if (loopback && !named_loopback) {
+        abort_run(L, "failed", c,
+                  "%s on %s listens on %s: the name %s resolves to a loopback address on "
+                  "that host, which no other host can reach; give its address in the hosts file",
+                  c->name, c->host->name, c->endpoint, c->host->name);
+        return false;
+    }
+    snprintf(c->endpoint, sizeof(c->endpoint), "tcp://%s:%u", c->host->name,
+             zps_launch_hosts_port(&L->hosts, c->index));
+    return true;
 }
 
 /* True once every server has written its endpoint file. */
@@ -705,6 +864,8 @@ static bool servers_listening(launch_t *L)
             c->endpoint[0] = '\0';
             return false;
         }
+        if (c->host && !far_endpoint_ok(L, c))
+            return false;
     }
     return true;
 }
@@ -720,7 +881,20 @@ static void stop_servers(launch_t *L)
 /* Describes how a child ended: "exited with status 1", "was killed by signal 9 (Killed)". */
 static void describe_exit(const child_t *c, char *buf, size_t size)
 {
-    if (c->term_signal)
+    /* A far child's status is ssh's: the far side's (launch_remote.h), or
+     * 255 when ssh itself failed or lost the connection. */
+    int st = (int)c->exit_status;
+    if (c->host && !c->term_signal && st == 255)
+        snprintf(buf, size, "lost its ssh connection to %s (ssh exited with status 255)",
+                 c->host->name);
+    else if (c->host && !c->term_signal && st == 127)
+        snprintf(buf, size, "could not be started on %s (status 127)", c->host->name);
+    else if (c->host && !c->term_signal && st > 128 && st < 128 + 65)
+        snprintf(buf, size, "was killed by signal %d (%s) on %s", st - 128, strsignal(st - 128),
+                 c->host->name);
+    else if (c->host && !c->term_signal)
+        snprintf(buf, size, "exited with status %d on %s", st, c->host->name);
+    else if (c->term_signal)
         snprintf(buf, size, "was killed by signal %d (%s)", c->term_signal,
                  strsignal(c->term_signal));
     else
@@ -735,8 +909,9 @@ static void on_child_exit(uv_process_t *p, int64_t exit_status, int term_signal)
     c->exit_status = exit_status;
     c->term_signal = term_signal;
     uv_close((uv_handle_t *)p, on_handle_closed);
+    close_ctl(c);
     bool clean = exit_status == 0 && term_signal == 0;
-    char how[128];
+    char how[400];
     describe_exit(c, how, sizeof(how));
 
     if (L->phase == PH_ABORT) {
@@ -793,9 +968,20 @@ static void on_tick(uv_timer_t *t)
             L->phase = PH_TRAINING;
             L->phase_ns = zps_now_ns();
             start_workers(L);
-        } else if (secs_since(L->phase_ns) > STARTUP_TIMEOUT_S) {
-            abort_run(L, "failed", NULL, "the servers did not start listening within %.0f s",
-                      STARTUP_TIMEOUT_S);
+        } else if (secs_since(L->phase_ns) > STARTUP_TIMEOUT_S && L->phase != PH_ABORT) {
+            /* Name them, and where they run. */
+            char who[256] = "";
+            size_t n = 0;
+            for (uint32_t i = 0; i < L->o->servers && n < sizeof(who) - 1; i++) {
+                const child_t *c = &L->servers[i];
+                if (c->endpoint[0])
+                    continue;
+                int k = snprintf(who + n, sizeof(who) - n, "%s%s%s%s", n ? ", " : "", c->name,
+                                 c->host ? " on " : "", c->host ? c->host->name : "");
+                n += k > 0 ? (size_t)k : 0;
+            }
+            abort_run(L, "failed", NULL, "not listening after %.0f s: %s (their logs say why)",
+                      STARTUP_TIMEOUT_S, who);
         }
     }
     if (L->phase == PH_TRAINING) {
@@ -857,42 +1043,16 @@ static int find_binary(const char *given, const char *env, const char *self_dir,
         if (access(path, X_OK) == 0 && realpath(path, out))
             return 0;
     }
-    const char *pathenv = getenv("PATH");
-    char *copy = pathenv ? strdup(pathenv) : NULL;
-    char *save = NULL;
-    for (char *d = copy ? strtok_r(copy, ":", &save) : NULL; d; d = strtok_r(NULL, ":", &save)) {
-        snprintf(path, sizeof(path), "%s/%s", d, name);
-        if (access(path, X_OK) == 0 && realpath(path, out)) {
-            free(copy);
-            return 0;
-        }
-    }
-    free(copy);
+    if (find_in_path(name, path, sizeof(path)) == 0 && realpath(path, out))
+        return 0;
     return ZPS_EINVAL;
-}
-
-static int mkdir_p(const char *dir)
-{
-    char tmp[PATH_MAX];
-    snprintf(tmp, sizeof(tmp), "%s", dir);
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p == '/') {
-            *p = '\0';
-            if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-                return -1;
-            *p = '/';
-        }
-    }
-    if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-        return -1;
-    return 0;
 }
 
 /* Creates the run folder; a default name gets -2, -3... when taken. */
 static int make_run_dir(launch_t *L)
 {
     const zps_launch_opts_t *o = L->o;
-    if (mkdir_p(o->runs_dir) != 0) {
+    if (zps_launch_mkdir_p(o->runs_dir, 0755) != 0) {
         fprintf(stderr, "zps launch: cannot create %s: %s\n", o->runs_dir, strerror(errno));
         return ZPS_LAUNCH_EXIT_FAILED;
     }
@@ -951,6 +1111,12 @@ static void child_init(launch_t *L, child_t *c, bool server, uint32_t index)
     snprintf(c->log_path, sizeof(c->log_path), "%s/%s.log", L->dir, c->file);
     snprintf(c->endpoint_path, sizeof(c->endpoint_path), "%s/%s.endpoint", L->dir, c->file);
     snprintf(c->metrics_path, sizeof(c->metrics_path), "%s/%s.jsonl", L->dir, c->file);
+    if (L->hosts.n) {
+        c->host = server ? zps_launch_hosts_server(&L->hosts, index)
+                         : zps_launch_hosts_worker(&L->hosts, index);
+        snprintf(c->far_endpoint, sizeof(c->far_endpoint), "%s/%s.endpoint", c->host->dir, c->file);
+        snprintf(c->far_metrics, sizeof(c->far_metrics), "%s/%s.jsonl", c->host->dir, c->file);
+    }
 }
 
 /* ---- the end ---- */
@@ -1055,6 +1221,50 @@ static int finish(launch_t *L)
     return 0;
 }
 
+/* "3" or "3-5" for count numbers from first. */
+static void span(char *buf, size_t size, uint32_t first, uint32_t count)
+{
+    if (count == 1)
+        snprintf(buf, size, "%u", first);
+    else
+        snprintf(buf, size, "%u-%u", first, first + count - 1);
+}
+
+/* --hosts: each host's folder and keys, and a line per host saying what runs there. */
+static int prepare_hosts(launch_t *L)
+{
+    zps_launch_hosts_set_dir(&L->hosts, L->dir);
+    char hosts_dir[PATH_MAX + 16];
+    snprintf(hosts_dir, sizeof(hosts_dir), "%s/hosts", L->dir);
+    if (zps_launch_mkdir_p(hosts_dir, 0755) != 0) {
+        fprintf(stderr, "zps launch: cannot create %s: %s\n", hosts_dir, strerror(errno));
+        return ZPS_EIO;
+    }
+    for (size_t i = 0; i < L->hosts.n; i++) {
+        const zps_launch_host_t *h = &L->hosts.v[i];
+        char sv[64], sp[64], wk[64];
+        span(sv, sizeof(sv), h->first_server, h->servers);
+        span(sp, sizeof(sp), L->hosts.port, h->servers);
+        span(wk, sizeof(wk), h->first_worker, h->workers);
+        fprintf(stderr, "zps launch: on %s: ", h->name);
+        if (h->servers)
+            fprintf(stderr, "server%s %s (port%s %s)", h->servers > 1 ? "s" : "", sv,
+                    h->servers > 1 ? "s" : "", sp);
+        if (h->workers)
+            fprintf(
+                stderr, "%sworker%s %s%s", h->servers ? ", " : "", h->workers > 1 ? "s" : "", wk,
+                zps_launch_hosts_worker(&L->hosts, L->o->workers) == h ? ", the evaluator" : "");
+        fprintf(stderr, "%s\n", h->servers || h->workers ? "" : "nothing");
+    }
+    char why[600];
+    if (zps_launch_hosts_prepare(&L->hosts, L->self, L->keys->dir, L->server_bin, L->worker_bin,
+                                 hosts_dir, why, sizeof(why)) != 0) {
+        fprintf(stderr, "zps launch: cannot set up host %s\n", why);
+        return ZPS_EIO;
+    }
+    return 0;
+}
+
 /* `zps launch --exec-child PPID BIN ARGS...`: see the file comment. */
 static int exec_child(char **argv)
 {
@@ -1074,24 +1284,53 @@ int zps_cmd_launch(int argc, char **argv)
 {
     if (argc >= 4 && strcmp(argv[1], "--exec-child") == 0)
         return exec_child(argv);
+    if (argc >= 2 && strcmp(argv[1], "--exec-remote") == 0)
+        return zps_launch_exec_remote(argc, argv);
+    if (argc >= 2 && strcmp(argv[1], "--exec-prepare") == 0)
+        return zps_launch_exec_prepare(argc, argv);
 
     zps_launch_opts_t o;
+    zps_launch_hosts_t hosts;
+    memset(&hosts, 0, sizeof(hosts));
     int ex = zps_launch_opts_parse(argc, argv, &o);
+    if (ex == 0 && o.hosts) {
+        /* The hosts file decides the counts; the checks that need them come after. */
+        char why[512];
+        int rc = zps_launch_hosts_read(o.hosts, o.servers_set ? o.servers : 0,
+                                       o.workers_set ? o.workers : 0, o.servers, o.workers, &hosts,
+                                       why, sizeof(why));
+        if (rc == 0)
+            rc = zps_launch_hosts_set_ssh(&hosts, o.ssh);
+        if (rc == ZPS_ENOMEM) {
+            ex = ZPS_LAUNCH_EXIT_FAILED;
+        } else if (rc) {
+            fprintf(stderr, "zps launch: %s\n", why);
+            ex = ZPS_LAUNCH_EXIT_USAGE;
+        } else {
+            hosts.port = o.port;
+            o.servers = hosts.servers;
+            o.workers = hosts.workers;
+            ex = zps_launch_opts_check_counts(&o);
+        }
+    }
     if (ex == 0)
         ex = zps_launch_opts_check(&o);
     if (ex == 0)
         ex = zps_launch_plan(&o);
     if (ex) {
+        zps_launch_hosts_free(&hosts);
         zps_launch_opts_free(&o);
         return ex < 0 ? 0 : ex;
     }
 
     launch_t *L = calloc(1, sizeof(*L));
     if (!L) {
+        zps_launch_hosts_free(&hosts);
         zps_launch_opts_free(&o);
         return ZPS_LAUNCH_EXIT_FAILED;
     }
     L->o = &o;
+    L->hosts = hosts;
     ex = ZPS_LAUNCH_EXIT_FAILED;
     ssize_t sl = readlink("/proc/self/exe", L->self, sizeof(L->self) - 1);
     if (sl <= 0) {
@@ -1131,6 +1370,8 @@ int zps_cmd_launch(int argc, char **argv)
             goto out;
         }
     }
+    if (L->hosts.n && prepare_hosts(L) != 0)
+        goto out;
     if (zps_runstats_new(o.workers, o.servers, &L->rs) != 0)
         goto out;
     L->servers = calloc(o.servers, sizeof(child_t));
@@ -1160,8 +1401,14 @@ int zps_cmd_launch(int argc, char **argv)
     L->stats_file = open_in_run(L, "stats.jsonl", "w");
 
     zps_progress_init(&L->progress, stderr, o.progress, o.progress_every_s);
-    fprintf(stderr, "zps launch: %s, %u servers, %u workers; run folder %s/%s\n", o.mode, o.servers,
-            o.workers, o.runs_dir, L->name);
+    if (L->hosts.n)
+        fprintf(stderr,
+                "zps launch: %s, %u servers, %u workers on %zu hosts over ssh; run folder "
+                "%s/%s\n",
+                o.mode, o.servers, o.workers, L->hosts.n, o.runs_dir, L->name);
+    else
+        fprintf(stderr, "zps launch: %s, %u servers, %u workers; run folder %s/%s\n", o.mode,
+                o.servers, o.workers, o.runs_dir, L->name);
     if (L->keys)
         fprintf(stderr,
                 "zps launch: CURVE on every connection; keys in %s/%s/keys (docs/security.md)\n",
@@ -1203,6 +1450,7 @@ out:
     free(L->stats_json);
     free(L->stats_rc);
     free(L->keys);
+    zps_launch_hosts_free(&L->hosts);
     zps_runstats_free(L->rs);
     free(L);
     zps_launch_opts_free(&o);

@@ -100,6 +100,15 @@ static void usage(FILE *f)
                "                          Slower (CURVE encrypts every frame); for trying the\n"
                "                          secure setup, or on a machine shared with users you\n"
                "                          do not trust. Default: loopback without keys\n"
+               "  --hosts FILE            run the cluster on other machines over ssh: one host\n"
+               "                          a line, HOST [servers=N] [workers=M]; without counts\n"
+               "                          --servers and --workers are spread over the hosts\n"
+               "                          in order. Implies --keys. zps must be at the same\n"
+               "                          path on every host (docs/cluster.md)\n"
+               "  --ssh CMD               --hosts: the ssh command, words split on blanks\n"
+               "                          (default ssh; e.g. 'ssh -F cluster.conf')\n"
+               "  --port P                --hosts: a host's servers listen on P, P+1, ...\n"
+               "                          (default 7100)\n"
                "\n"
                "Handed to every server: --optimizer --lr --momentum --nesterov --beta1 --beta2\n"
                "  --eps --weight-decay --schedule --step-every --gamma --cosine-steps --lr-min\n"
@@ -256,6 +265,9 @@ enum {
     O_SERVER_ARG,
     O_WORKER_ARG,
     O_KEYS,
+    O_HOSTS,
+    O_SSH,
+    O_PORT,
     O_STRAGGLER,
     O_NAME,
     O_RUNS_DIR,
@@ -290,6 +302,9 @@ int zps_launch_opts_parse(int argc, char **argv, zps_launch_opts_t *o)
         {"server-arg", required_argument, NULL, O_SERVER_ARG},
         {"worker-arg", required_argument, NULL, O_WORKER_ARG},
         {"keys", no_argument, NULL, O_KEYS},
+        {"hosts", required_argument, NULL, O_HOSTS},
+        {"ssh", required_argument, NULL, O_SSH},
+        {"port", required_argument, NULL, O_PORT},
         {"straggler", required_argument, NULL, O_STRAGGLER},
         {"name", required_argument, NULL, O_NAME},
         {"runs-dir", required_argument, NULL, O_RUNS_DIR},
@@ -340,11 +355,13 @@ int zps_launch_opts_parse(int argc, char **argv, zps_launch_opts_t *o)
             if (zps_parse_long(a, 1, 256, &l))
                 return usage_error("invalid --servers '%s': expected an integer in [1, 256]", a);
             o->servers = (uint32_t)l;
+            o->servers_set = true;
             break;
         case O_WORKERS:
             if (zps_parse_long(a, 1, 1024, &l))
                 return usage_error("invalid --workers '%s': expected an integer in [1, 1024]", a);
             o->workers = (uint32_t)l;
+            o->workers_set = true;
             break;
         case O_MODE:
             if (strcmp(a, "bsp") != 0 && strcmp(a, "ssp") != 0 && strcmp(a, "asp") != 0)
@@ -373,6 +390,19 @@ int zps_launch_opts_parse(int argc, char **argv, zps_launch_opts_t *o)
             break;
         case O_KEYS:
             o->keys = true;
+            break;
+        case O_HOSTS:
+            o->hosts = a;
+            break;
+        case O_SSH:
+            if (!*a)
+                return usage_error("invalid --ssh '': expected a command such as 'ssh -F FILE'");
+            o->ssh = a;
+            break;
+        case O_PORT:
+            if (zps_parse_long(a, 1, 65000, &l))
+                return usage_error("invalid --port '%s': expected an integer in [1, 65000]", a);
+            o->port = (uint32_t)l;
             break;
         case O_STRAGGLER:
             ex = parse_straggler(o, a);
@@ -435,8 +465,25 @@ int zps_launch_opts_parse(int argc, char **argv, zps_launch_opts_t *o)
         return usage_error("--staleness applies to --mode ssp only");
     if (o->backup > 0 && strcmp(o->mode, "bsp") != 0)
         return usage_error("--backup-workers applies to --mode bsp only");
+    if (o->ssh && !o->hosts)
+        return usage_error("--ssh applies to --hosts only");
+    if (o->port && !o->hosts)
+        return usage_error("--port applies to --hosts only");
+    if (o->hosts) {
+        o->keys = true; /* across hosts, always */
+        if (!o->ssh)
+            o->ssh = "ssh";
+        if (!o->port)
+            o->port = 7100;
+        return 0; /* the counts are checked once the hosts file is read */
+    }
+    return zps_launch_opts_check_counts(o);
+}
+
+int zps_launch_opts_check_counts(const zps_launch_opts_t *o)
+{
     if (o->backup >= o->workers)
-        return usage_error("--backup-workers %u must be less than --workers %u", o->backup,
+        return usage_error("--backup-workers %u must be less than the %u workers", o->backup,
                            o->workers);
     for (size_t i = 0; i < o->spec_count; i++) {
         const zps_rank_set_t *rs = &o->specs[i].ranks;

@@ -54,6 +54,10 @@ typedef struct zps_launch_opts {
     zps_argv_t server_args, worker_args; /* handed to every server, every worker */
     bool have_eval_every;
     bool keys; /* --keys: CURVE keys in RUN/keys for every process (launch_keys.h) */
+    bool servers_set, workers_set; /* given as flags */
+    const char *hosts;             /* --hosts FILE: over ssh (launch_hosts.h); implies keys */
+    const char *ssh;               /* --ssh CMD (default "ssh") */
+    uint32_t port;                 /* --port: a host's first server port (default 7100) */
     zps_launch_straggler_t specs[ZPS_LAUNCH_MAX_STRAGGLERS];
     size_t spec_count;
 } zps_launch_opts_t;
@@ -67,6 +71,13 @@ typedef struct zps_launch_opts {
  * main thread only.
  */
 int zps_launch_opts_parse(int argc, char **argv, zps_launch_opts_t *o);
+
+/*
+ * The checks that depend on the number of workers (--backup-workers, the
+ * ranks of --straggler): made by zps_launch_opts_parse, and again once a
+ * hosts file has set the counts. 0 or ZPS_LAUNCH_EXIT_USAGE after one line.
+ */
+int zps_launch_opts_check_counts(const zps_launch_opts_t *o);
 
 /* Frees what zps_launch_opts_parse (and zps_launch_plan) allocated in o. */
 void zps_launch_opts_free(zps_launch_opts_t *o);

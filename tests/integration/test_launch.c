@@ -294,6 +294,82 @@ static void test_bad_usage(void **state)
     lu_rmtree(tmp);
 }
 
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    assert_int_equal(fclose(f), 0);
+}
+
+/*
+ * --hosts files and flags that cannot work are refused before anything is
+ * created (exit 2, the reason on stderr); a good file is placed as
+ * documented, and a host whose ssh fails is named at set-up (exit 1) before
+ * any process starts. The runs over real ssh are tests/multihost/ssh.sh.
+ */
+static void test_hosts_usage(void **state)
+{
+    (void)state;
+    char tmp[256], hosts[320], runs[320], err[320];
+    lu_tmpdir(tmp, sizeof(tmp));
+    snprintf(hosts, sizeof(hosts), "%s/hosts", tmp);
+    snprintf(runs, sizeof(runs), "%s/runs", tmp);
+    snprintf(err, sizeof(err), "%s/stderr", tmp);
+    static const struct {
+        const char *file; /* NULL: no file */
+        const char *flag, *value;
+        const char *says;
+    } cases[] = {
+        {NULL, NULL, NULL, "cannot read the hosts file"},
+        {"# nothing\n\n", NULL, NULL, "lists no host"},
+        {"h1 gpus=2\n", NULL, NULL, "'gpus=2': expected servers=N"},
+        {"h1 workers=2 workers=3\n", NULL, NULL, "each once"},
+        {"h1\nh2 workers=1\nh1\n", NULL, NULL, ":3: host h1 is listed twice"},
+        {"bad/name\n", NULL, NULL, "is not a host name"},
+        {"h1 workers=4\n", NULL, NULL, "places 0 servers"},
+        {"h1 servers=1 workers=2\n", "--workers", "3", "give counts in one place"},
+        {"h1 servers=1 workers=2\n", "--straggler", "2:slowdown=2", "names rank 2"},
+        {"h1\n", "--port", "0", "invalid --port"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        unlink(hosts);
+        if (cases[i].file)
+            write_text(hosts, cases[i].file);
+        const char *args[10] = {"--runs-dir", runs, "--hosts", hosts, NULL};
+        int n = 4;
+        if (cases[i].flag) {
+            args[n++] = cases[i].flag;
+            args[n++] = cases[i].value;
+        }
+        args[n] = NULL;
+        int rc = lu_run(tmp, args, 30);
+        if (rc != 2 || !contains(err, cases[i].says))
+            fail_msg("hosts case %zu (%s) exited %d, expected 2 and '%s'", i,
+                     cases[i].file ? cases[i].file : "no file", rc, cases[i].says);
+        assert_int_equal(access(runs, F_OK), -1); /* nothing created */
+    }
+    const char *no_hosts[] = {"--runs-dir", runs, "--ssh", "ssh", NULL};
+    assert_int_equal(lu_run(tmp, no_hosts, 30), 2);
+    assert_true(contains(err, "--ssh applies to --hosts only"));
+
+    /* Without counts, --servers and --workers are spread in order; `false`
+     * as ssh fails the first host's set-up. */
+    write_text(hosts, "h1\nh2  # a comment\n\nh3\n");
+    const char *spread[] = {"--runs-dir", runs,        "--hosts", hosts,   "--servers",
+                            "2",          "--workers", "5",       "--ssh", "false",
+                            "--name",     "s",         NULL};
+    assert_int_equal(lu_run(tmp, spread, 30), 1);
+    assert_true(contains(err, "on h1: server 0 (port 7100), workers 0-1, the evaluator\n"));
+    assert_true(contains(err, "on h2: server 1 (port 7100), workers 2-3\n"));
+    assert_true(contains(err, "on h3: worker 4\n"));
+    assert_true(contains(err, "cannot set up host h1: set-up failed (status 1)"));
+    char log[400];
+    snprintf(log, sizeof(log), "%s/s/server-0.log", runs);
+    assert_int_equal(access(log, F_OK), -1); /* nothing started */
+    lu_rmtree(tmp);
+}
+
 /* Counts the lines of a file; -1 when it cannot be read. */
 static int count_lines(const char *path)
 {
@@ -376,6 +452,7 @@ int main(void)
         cmocka_unit_test(test_bad_usage),     cmocka_unit_test(test_short_run),
         cmocka_unit_test(test_worker_killed), cmocka_unit_test(test_interrupted),
         cmocka_unit_test(test_server_fails),  cmocka_unit_test(test_bad_child_values),
+        cmocka_unit_test(test_hosts_usage),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
