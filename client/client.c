@@ -24,11 +24,13 @@
 #include "client.h"
 
 #include <errno.h>
+#include <netdb.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -252,6 +254,43 @@ static int secure(const zps_client_t *c, void *sock)
         zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, o->curve_secret_key, 32) != 0)
         return ZPS_ESOCKET;
     return 0;
+}
+
+/*
+ * Why nothing may be there: "the host name H does not resolve (...)" when a
+ * tcp:// endpoint names a host that does not resolve here, else "is a
+ * server running there?". ZeroMQ retries a name that does not resolve as it
+ * retries a refused connection, without a word, so the client looks. Only
+ * on the paths that report a wait or a failure: getaddrinfo may block.
+ */
+static void why_unanswered(const char *endpoint, char *buf, size_t size)
+{
+    snprintf(buf, size, "is a server running there?");
+    if (strncmp(endpoint, "tcp://", 6) != 0 || endpoint[6] == '[')
+        return;
+    char host[256];
+    const char *h = endpoint + 6;
+    const char *semi = strchr(h, ';'); /* "tcp://source;host:port" */
+    if (semi)
+        h = semi + 1;
+    const char *colon = strrchr(h, ':');
+    size_t n = colon ? (size_t)(colon - h) : strlen(h);
+    if (n == 0 || n >= sizeof(host) || strcmp(h, "*") == 0)
+        return;
+    memcpy(host, h, n);
+    host[n] = '\0';
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_socktype = SOCK_STREAM;
+    int e = getaddrinfo(host, NULL, &hints, &res);
+    if (res)
+        freeaddrinfo(res);
+    if (e == EAI_NONAME || e == EAI_AGAIN || e == EAI_FAIL
+#ifdef EAI_NODATA
+        || e == EAI_NODATA
+#endif
+    )
+        snprintf(buf, size, "the host name %s does not resolve here: %s", host, gai_strerror(e));
 }
 
 static int open_conn(zps_client_t *c, conn_t *k)
@@ -636,13 +675,15 @@ static void log_waiting(zps_client_t *c, uint64_t since_ns, uint64_t now)
             snprintf(what, sizeof(what), "%s", request_name(&k->req));
         long ms = (long)((now - since_ns) / 1000000ull);
         format_ms(ms >= 1000 ? (ms + 500) / 1000 * 1000 : ms, took, sizeof(took));
-        if (k->up)
+        char why[400];
+        if (k->up) {
             zps_info("waiting for server %zu at %s: no answer to %s for %s", i, k->endpoint, what,
                      took);
-        else
-            zps_warn("waiting for server %zu at %s: no answer to %s for %s (not connected: is a "
-                     "server running there?)",
-                     i, k->endpoint, what, took);
+        } else {
+            why_unanswered(k->endpoint, why, sizeof(why));
+            zps_warn("waiting for server %zu at %s: no answer to %s for %s (not connected: %s)", i,
+                     k->endpoint, what, took, why);
+        }
     }
 }
 
@@ -716,8 +757,9 @@ static int exchange(zps_client_t *c, bool all)
                 conn_t *k = &c->conns[i];
                 if (k->pending && !k->up_in_call) {
                     rc = ZPS_EUNREACHABLE;
-                    set_error(c, "no answer from %s within %s (is a server running there?)",
-                              k->endpoint, took);
+                    char why[400];
+                    why_unanswered(k->endpoint, why, sizeof(why));
+                    set_error(c, "no answer from %s within %s (%s)", k->endpoint, took, why);
                     break;
                 }
             }

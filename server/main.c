@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "checkpoint.h"
+#include "envflags.h"
 #include "error.h"
 #include "keys.h"
 #include "log.h"
@@ -148,9 +149,15 @@ static const struct option options[] = {
     {NULL, 0, NULL, 0},
 };
 
+/* The command line with the flags of ZPS_* variables before it (envflags.h);
+ * static, so that its memory is the program's until exit. */
+static zps_envflags_t env;
+
 static int bad_flag(const char *flag, const char *value, const char *expect)
 {
     fprintf(stderr, "zps-server: invalid %s '%s': expected %s\n", flag, value ? value : "", expect);
+    if (env.used[0])
+        fprintf(stderr, "zps-server: (flags from the environment: %s)\n", env.used);
     fprintf(stderr, "Try 'zps-server --help'.\n");
     return 2;
 }
@@ -166,6 +173,15 @@ int main(int argc, char **argv)
     uint64_t u;
     double d;
     const char *key_file = NULL;
+
+    char env_why[256];
+    int erc = zps_envflags_build(argc, argv, options, &env, env_why, sizeof(env_why));
+    if (erc != 0) {
+        fprintf(stderr, "zps-server: %s\n", erc == ZPS_ENOMEM ? "out of memory" : env_why);
+        return 2;
+    }
+    argc = env.argc;
+    argv = env.argv;
 
     int c;
     while ((c = getopt_long(argc, argv, "", options, NULL)) != -1) {
@@ -375,6 +391,8 @@ int main(int argc, char **argv)
         cfg.curve_key = &kp;
     }
     bool unsaved = false;
+    if (env.used[0])
+        zps_info("flags from the environment: %s", env.used);
     int rc = zps_server_run(&cfg, &unsaved);
     if (key_file)
         zps_keypair_clear(&kp);

@@ -473,7 +473,13 @@ static int open_socket(zps_daemon_t *d)
     if (strncmp(where, "tcp://[", 7) == 0)
         zmq_setsockopt(d->sock, ZMQ_IPV6, &one, sizeof(one));
     if (zmq_bind(d->sock, where) != 0) {
-        zps_error("cannot listen on %s: %s", cfg->listen, zmq_strerror(zmq_errno()));
+        int e = zmq_errno();
+        /* ZeroMQ says ENODEV for a name that is neither an interface nor
+         * resolves to an address of this host. */
+        zps_error("cannot listen on %s: %s%s", cfg->listen, zmq_strerror(e),
+                  e == ENODEV ? " (give an interface name such as eth0, an address of this "
+                                "host, or a host name that resolves to one; docs/cluster.md)"
+                              : "");
         return ZPS_ESOCKET;
     }
     size_t len = sizeof(d->endpoint);

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "client.h"
+#include "envflags.h"
 #include "error.h"
 #include "log.h"
 #include "metrics_http.h"
@@ -138,11 +139,19 @@ static void build_options(struct option *options)
     memset(&options[n], 0, sizeof(options[n]));
 }
 
+/* The command line with the flags of ZPS_* variables before it (envflags.h);
+ * static, so that its memory is the program's until exit. */
+static zps_envflags_t env;
+
 /* A bad command line: the reason, then the usage, on stderr; exit status 2. */
 static int bad_usage(const char *why)
 {
     if (why)
-        fprintf(stderr, "zps-worker: %s\n\n", why);
+        fprintf(stderr, "zps-worker: %s\n", why);
+    if (why && env.used[0])
+        fprintf(stderr, "zps-worker: (flags from the environment: %s)\n", env.used);
+    if (why)
+        fprintf(stderr, "\n");
     usage(stderr);
     return 2;
 }
@@ -162,6 +171,11 @@ int main(int argc, char **argv)
     bool have_servers = false;
     struct option options[N_OPTIONS];
     build_options(options);
+    int erc = zps_envflags_build(argc, argv, options, &env, why, sizeof(why));
+    if (erc != 0)
+        return bad_usage(erc == ZPS_ENOMEM ? "out of memory" : why);
+    argc = env.argc;
+    argv = env.argv;
 
     int c;
     while ((c = getopt_long(argc, argv, "", options, NULL)) != -1) {
@@ -371,6 +385,8 @@ int main(int argc, char **argv)
     else
         snprintf(tag, sizeof(tag), "worker %u", cfg.rank);
     zps_log_set_tag(tag);
+    if (env.used[0])
+        zps_info("flags from the environment: %s", env.used);
     if (!cfg.local && optf.any)
         zps_warn("optimizer flags are ignored without --local: the servers apply their own");
     char desc[256];
