@@ -56,6 +56,8 @@ typedef struct conn {
     bool up;              /* a ZMTP handshake with the peer succeeded and it has not gone */
     bool up_in_call;      /* up at some moment of the call in progress */
     bool tcp_seen;        /* a transport connection was made on this socket */
+    unsigned drops;       /* connections of this socket that ended (monitor: DISCONNECTED) */
+    unsigned drops_at_send; /* drops when the request in progress was last sent */
     int auth_failed;      /* the handshake failure (a ZMQ_EVENT_HANDSHAKE_FAILED_* event)
                            * reported since this socket's last successful handshake, or 0:
                            * libzmq may not try again after one, so it is kept */
@@ -224,6 +226,7 @@ static void read_monitor(conn_t *k)
             k->auth_failed = 0;
         } else if (event == ZMQ_EVENT_DISCONNECTED) {
             k->up = false;
+            k->drops++;
         } else if (event == ZMQ_EVENT_CONNECTED) {
             k->tcp_seen = true;
         } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH ||
@@ -555,6 +558,8 @@ static int send_request(zps_client_t *c, conn_t *k)
                         : zps_wire_send(k->sock, NULL, &k->req, NULL, 0, NULL, NULL, ZMQ_DONTWAIT);
     if (rc && rc != ZPS_EAGAIN)
         set_error(c, "%s: send failed: %s", k->endpoint, zmq_strerror(zmq_errno()));
+    if (rc == 0)
+        k->drops_at_send = k->drops;
     return rc;
 }
 
@@ -795,7 +800,13 @@ static int exchange(zps_client_t *c, bool all)
             conn_t *k = &c->conns[i];
             if (!k->pending)
                 continue;
-            if (k->resend_at_ns <= now) {
+            /* An exchange waits on its rule as a pull does, but carries a
+             * gradient: sent again only when the connection it went out on
+             * has ended since (TCP loses nothing while it lasts). */
+            if (k->resend_at_ns <= now && (k->req.flags & ZPS_FLAG_EXCHANGE) && k->up &&
+                k->drops == k->drops_at_send) {
+                k->resend_at_ns = now + (uint64_t)k->backoff_ms * 1000000ull;
+            } else if (k->resend_at_ns <= now) {
                 zps_debug("%s: no reply after %d ms, sending request %llu again", k->endpoint,
                           k->backoff_ms, (unsigned long long)k->req.request_id);
                 rc = send_request(c, k);
@@ -940,6 +951,8 @@ static void collect_info(zps_client_t *c, zps_reply_info_t *info)
         info->dropped |= (h->flags & ZPS_FLAG_DROPPED) != 0;
         info->buffered |= (h->flags & ZPS_FLAG_BUFFERED) != 0;
         info->rejoined |= (h->flags & ZPS_FLAG_REJOINED) != 0;
+        if (h->waited_us > info->waited_us)
+            info->waited_us = h->waited_us;
     }
 }
 
@@ -1327,6 +1340,66 @@ int zps_client_push(zps_client_t *c, uint64_t clock, const float *grad, uint64_t
         collect_info(c, info);
     for (size_t i = 0; i < c->nconns; i++)
         zps_message_close(&c->conns[i].reply);
+    return rc;
+}
+
+int zps_client_exchange(zps_client_t *c, uint64_t clock, const float *grad, uint64_t n,
+                        uint32_t batch, float *out, zps_reply_info_t *info)
+{
+    if (n == 0 || !grad || !out || clock == UINT64_MAX)
+        return ZPS_EINVAL;
+    begin(c, ZPS_MSG_PUSH);
+    attach_slices(c, grad, n);
+    int rc = sum_slices(c, "gradient element");
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < c->nconns; i++) {
+        conn_t *k = &c->conns[i];
+        k->req.clock = clock;
+        k->req.batch = batch;
+        k->req.model_version = k->version;
+        k->req.flags |= ZPS_FLAG_EXCHANGE;
+    }
+    rc = exchange(c, true);
+    /* A shard whose pull failed after it took the push says so (TAKEN). */
+    for (size_t i = 0; i < c->nconns; i++) {
+        conn_t *k = &c->conns[i];
+        k->took = k->have_reply &&
+                  (k->reply.hdr.status == 0 || (k->reply.hdr.flags & ZPS_FLAG_TAKEN) != 0);
+    }
+    if (rc) {
+        size_t took = 0;
+        for (size_t i = 0; i < c->nconns; i++)
+            took += c->conns[i].took;
+        /* Taken everywhere, the pull failed: the pull's failure, as zps_client_pull's. */
+        if (took < c->nconns)
+            rc = push_outcome(c, clock, rc);
+        if (rc == ZPS_EPARTIAL)
+            collect_info(c, info);
+        for (size_t i = 0; i < c->nconns; i++)
+            zps_message_close(&c->conns[i].reply);
+        return rc;
+    }
+    uint64_t total = 0;
+    rc = check_pull_replies(c, &total);
+    if (rc == 0 && total != n) {
+        set_error(c, "the servers hold a %llu-element model, not %llu", (unsigned long long)total,
+                  (unsigned long long)n);
+        rc = ZPS_ESIZE;
+    }
+    if (rc == 0) {
+        note_fingerprints(c);
+        rc = agree_config(c, "the exchange's pull is refused");
+    }
+    if (rc) {
+        for (size_t i = 0; i < c->nconns; i++)
+            zps_message_close(&c->conns[i].reply);
+        return rc;
+    }
+    collect_info(c, info);
+    rc = copy_pulled(c, out);
+    if (rc == 0)
+        c->total = n;
     return rc;
 }
 

@@ -163,6 +163,8 @@ typedef struct zps_reply_info {
     bool dropped;  /* push: a shard dropped it as too late for its step (backup workers) */
     bool buffered; /* push: a shard keeps it until its clock's synchronous step is taken */
     bool rejoined; /* a shard had evicted this worker and has admitted it again */
+    uint64_t waited_us; /* pull, exchange: the longest a shard held it for its rule (the BSP
+                         * barrier, the SSP bound), in microseconds */
 } zps_reply_info_t;
 
 /*
@@ -215,7 +217,23 @@ int zps_client_push(zps_client_t *c, uint64_t clock, const float *grad, uint64_t
                     zps_reply_info_t *info);
 
 /*
- * After zps_client_push: true when shard `index` took that push (it answered
+ * One exchange per clock: pushes grad[n] (computed on `batch` examples at
+ * clock `clock`) and pulls the parameters for clock + 1 into out[n], one
+ * message each way per shard: a shard answers once its rule allows the pull
+ * (under BSP, once the step of `clock` is taken). `out` may not overlap
+ * `grad`. Returns what zps_client_push returns for the push (ZPS_EPARTIAL
+ * included: zps_client_push_taken says who took it; `out` is then not
+ * usable), or, when every shard took the push, what zps_client_pull returns
+ * for the pull. `info` carries both (retried/dropped/buffered and the
+ * versions, clocks and wait of the pull). A failed exchange may be repeated
+ * as it was: a shard that took the push acknowledges it as a retry, and
+ * answers the pull again. Blocks.
+ */
+int zps_client_exchange(zps_client_t *c, uint64_t clock, const float *grad, uint64_t n,
+                        uint32_t batch, float *out, zps_reply_info_t *info);
+
+/*
+ * After zps_client_push or zps_client_exchange: true when shard `index` took that push (it answered
  * OK: applied, buffered, acknowledged as a retry, or dropped as too late).
  * False for an index out of range. Valid until the next call on `c`.
  */

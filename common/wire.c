@@ -62,6 +62,7 @@ static void header_from_pb(zps_header_t *h, const Zps__Header *pb)
     h->update_staleness = pb->update_staleness;
     h->next_clock = pb->next_clock;
     h->config_fingerprint = pb->config_fingerprint;
+    h->waited_us = pb->waited_us;
     snprintf(h->error, sizeof(h->error), "%s", pb->error ? pb->error : "");
 }
 
@@ -87,6 +88,7 @@ static void header_to_pb(Zps__Header *pb, const zps_header_t *h)
     pb->update_staleness = h->update_staleness;
     pb->next_clock = h->next_clock;
     pb->config_fingerprint = h->config_fingerprint;
+    pb->waited_us = h->waited_us;
     /* protobuf-c packs the pointers without writing through them. */
     pb->error = (char *)h->error;
     pb->json = (char *)(h->json ? h->json : "");

@@ -48,6 +48,9 @@ enum {
     ZPS_FLAG_BUFFERED = 1u << 4, /* PUSH reply: kept until its clock's step is taken */
     ZPS_FLAG_WAIT = 1u << 5,     /* PULL request of an observer: answer with the model of its
                                   * clock once it exists, not at once (zps_consistency_observe) */
+    ZPS_FLAG_EXCHANGE = 1u << 6, /* PUSH request of a worker: its reply is the PULL of the next
+                                  * clock, carrying the push's flags (one exchange per clock) */
+    ZPS_FLAG_TAKEN = 1u << 7,    /* error reply to an exchange: its push was taken all the same */
 };
 
 #define ZPS_ERROR_TEXT_MAX 256
@@ -75,6 +78,7 @@ typedef struct zps_header {
     uint64_t update_staleness; /* PUSH replies: updates applied since the pulled version */
     uint64_t next_clock;
     uint64_t config_fingerprint; /* replies: the server's; INIT/PUSH: the agreed one (0: none) */
+    uint64_t waited_us;          /* replies to a pull or an exchange: held for its rule, us */
     char error[ZPS_ERROR_TEXT_MAX];
     const char *json; /* send: borrowed, may be NULL; recv: owned by the zps_message_t */
 } zps_header_t;

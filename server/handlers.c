@@ -19,6 +19,9 @@ typedef struct parked_pull {
     zps_peer_t peer;
     zps_header_t req;
     uint64_t since_ns;
+    /* The pull of an exchange: what its push's reply would have said. */
+    uint32_t carry_flags;
+    uint64_t carry_staleness;
 } parked_pull_t;
 
 /* ---- checks shared by several requests ---- */
@@ -104,11 +107,16 @@ static bool check_finite(zps_daemon_t *d, zps_request_t *r)
 
 /* ---- pulls ---- */
 
-static void answer_pull(zps_daemon_t *d, const zps_request_t *r)
+/* carry: the push's flags and staleness when the pull is an exchange's; waited: ns held. */
+static void answer_pull(zps_daemon_t *d, const zps_request_t *r, uint32_t carry_flags,
+                        uint64_t carry_staleness, uint64_t waited_ns)
 {
     zps_header_t h;
     zps_reply_header(d, r, &h);
     h.offset = d->store.range.lo;
+    h.flags |= carry_flags;
+    h.update_staleness = carry_staleness;
+    h.waited_us = waited_ns / 1000;
     zps_reply_send(d, r, &h);
 }
 
@@ -124,7 +132,7 @@ void zps_handlers_answer_ready(zps_daemon_t *d)
             if (p->req.worker >= 0)
                 zps_thist_add(&d->pull_wait, now - p->since_ns);
             zps_request_t later = zps_request_later(&p->peer, &p->req);
-            answer_pull(d, &later);
+            answer_pull(d, &later, p->carry_flags, p->carry_staleness, now - p->since_ns);
             free(p);
         }
     }
@@ -137,6 +145,7 @@ void zps_handlers_fail_parked(zps_daemon_t *d)
         for (size_t i = 0; i < n; i++) {
             parked_pull_t *p = (parked_pull_t *)(uintptr_t)d->tokens[i];
             zps_request_t later = zps_request_later(&p->peer, &p->req);
+            later.reply_flags = p->carry_flags ? p->carry_flags | ZPS_FLAG_TAKEN : 0;
             zps_reply_error(d, &later, ZPS_ESHUTDOWN, "the server is shutting down");
             free(p);
         }
@@ -161,6 +170,9 @@ void zps_handlers_cancel_connection(zps_daemon_t *d, int fd)
     }
 }
 
+static void start_pull(zps_daemon_t *d, zps_request_t *r, uint32_t carry_flags,
+                       uint64_t carry_staleness);
+
 void zps_handle_pull(zps_daemon_t *d, zps_request_t *r)
 {
     const zps_header_t *req = r->hdr;
@@ -179,6 +191,18 @@ void zps_handle_pull(zps_daemon_t *d, zps_request_t *r)
             return;
     }
 
+    start_pull(d, r, 0, 0);
+}
+
+/*
+ * Answers, or parks until the rules allow it, the pull r (checked). carry:
+ * the flags and update staleness of the push whose exchange it completes
+ * (its reply is the push's too), 0 for a pull of its own.
+ */
+static void start_pull(zps_daemon_t *d, zps_request_t *r, uint32_t carry_flags,
+                       uint64_t carry_staleness)
+{
+    const zps_header_t *req = r->hdr;
     parked_pull_t *p = malloc(sizeof(*p));
     if (!p) {
         zps_reply_error(d, r, ZPS_ENOMEM, "out of memory");
@@ -203,7 +227,7 @@ void zps_handle_pull(zps_daemon_t *d, zps_request_t *r)
         free(p);
         if (req->worker >= 0)
             zps_thist_add(&d->pull_wait, 0);
-        answer_pull(d, r);
+        answer_pull(d, r, carry_flags, carry_staleness, 0);
         return;
     }
     if (res == ZPS_PULL_DUPLICATE) {
@@ -217,6 +241,8 @@ void zps_handle_pull(zps_daemon_t *d, zps_request_t *r)
     p->req = *req;
     p->req.json = NULL;
     p->since_ns = zps_now_ns();
+    p->carry_flags = carry_flags;
+    p->carry_staleness = carry_staleness;
 }
 
 /* ---- INIT ---- */
@@ -350,6 +376,12 @@ void zps_handle_push(zps_daemon_t *d, zps_request_t *r)
         zps_reply_error(d, r, rc, "%s", why);
         return;
     }
+    bool exchange = (req->flags & ZPS_FLAG_EXCHANGE) != 0;
+    if (exchange && req->clock == UINT64_MAX) {
+        zps_reply_error(d, r, ZPS_ECLOCK, "an exchange at clock %llu has no next clock to pull",
+                        (unsigned long long)req->clock);
+        return;
+    }
     if (req->total != d->store.total) {
         zps_reply_error(d, r, ZPS_ESIZE, "the model has %llu elements, the push has %llu",
                         (unsigned long long)d->store.total, (unsigned long long)req->total);
@@ -434,8 +466,29 @@ void zps_handle_push(zps_daemon_t *d, zps_request_t *r)
         h.flags |= ZPS_FLAG_DROPPED;
         break;
     }
-    zps_reply_send(d, r, &h);
+    if (!exchange) {
+        zps_reply_send(d, r, &h);
+        zps_handlers_take_steps(d);
+        zps_handlers_answer_ready(d);
+        return;
+    }
+    /* One exchange per clock: the reply is the pull of the next clock, once
+     * the rules allow it (under BSP, once the step this push belongs to is
+     * taken), carrying what the push's own reply would have said. A resend
+     * is a retried push and a pull that is waiting or answered again:
+     * nothing changes twice. */
+    d->count.exchanges++;
+    d->count.pulls++;
     zps_handlers_take_steps(d);
+    zps_header_t pull = *req;
+    pull.type = ZPS_MSG_PULL;
+    pull.clock = req->clock + 1;
+    pull.flags = 0;
+    pull.json = NULL;
+    zps_request_t pr = *r;
+    pr.hdr = &pull;
+    start_pull(d, &pr, h.flags & (ZPS_FLAG_RETRY | ZPS_FLAG_DROPPED | ZPS_FLAG_BUFFERED),
+               h.update_staleness);
     zps_handlers_answer_ready(d);
 }
 

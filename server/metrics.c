@@ -135,7 +135,10 @@ void zps_metrics_text(const zps_daemon_t *d, zps_strbuf_t *b)
         "Pushes seen again (retries): acknowledged, not applied again.", (double)c->retries);
     one(b, d, "zps_pushes_discarded_total", "counter",
         "Buffered pushes of BSP steps refused as not finite.", (double)c->buffered_discarded);
-    one(b, d, "zps_pulls_total", "counter", "Pull requests.", (double)c->pulls);
+    one(b, d, "zps_pulls_total", "counter", "Pull requests (an exchange's pull included).",
+        (double)c->pulls);
+    one(b, d, "zps_exchanges_total", "counter",
+        "Pushes that were exchanges: their reply is the next clock's pull.", (double)c->exchanges);
     one(b, d, "zps_pulls_cancelled_total", "counter",
         "Waiting pulls dropped because their connection closed.", (double)c->pulls_cancelled);
     one(b, d, "zps_heartbeats_total", "counter", "Heartbeats.", (double)c->heartbeats);

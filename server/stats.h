@@ -25,6 +25,7 @@ typedef struct zps_counters {
     uint64_t steps_refused;      /* steps (BSP) or pushes applied on arrival refused: not finite */
     uint64_t buffered_discarded; /* BSP: buffered pushes of refused steps */
     uint64_t pulls_cancelled;    /* waiting pulls whose connection closed */
+    uint64_t exchanges;          /* pushes that were exchanges (each also counts as a pull) */
     uint64_t errors_by_code[32]; /* by -code */
 } zps_counters_t;
 

@@ -105,6 +105,7 @@ void zps_trainer_config_default(zps_trainer_config_t *cfg)
     zps_opt_config_default(&cfg->opt);
     zps_straggler_config_default(&cfg->straggler);
     cfg->final_wait = true;
+    cfg->exchange = true;
     cfg->evaluate = true;
     cfg->progress = true;
     cfg->progress_interval_s = 10.0;
@@ -741,14 +742,19 @@ static int run_distributed(trainer_t *T)
              (unsigned long long)T->clocks);
 
     T->loop_ns = zps_now_ns();
+    /* With one exchange per clock, the exchange of clock t brings the
+     * model of t + 1: `have` says params already hold this clock's. */
+    bool have = false;
+    zps_reply_info_t info;
+    memset(&info, 0, sizeof(info));
     for (uint64_t t = 0; t < T->clocks; t++) {
         uint64_t t0 = zps_now_ns();
         zps_step_record_t r = {.clock = t};
-        zps_reply_info_t info;
-        if ((rc = zps_client_pull(client, t, params, n, &info)) != 0) {
+        if (!have && (rc = zps_client_pull(client, t, params, n, &info)) != 0) {
             rc = client_failed(T, client, "pull", t, rc);
             goto done;
         }
+        have = false;
         if (info.next_clock > t) {
             /* The shards expect a later clock from this worker: they were
              * resumed from a checkpoint, or evicted it and took it back at
@@ -780,11 +786,28 @@ static int run_distributed(trainer_t *T)
         inject_delay(T, t, ms_since(t1), &r);
         uint64_t t2 = zps_now_ns();
         zps_reply_info_t pinfo;
-        if ((rc = zps_client_push(client, t, grad, n, (uint32_t)nb, &pinfo)) != 0) {
-            rc = client_failed(T, client, "push", t, rc);
-            goto done;
+        if (cfg->exchange && t + 1 < T->clocks) {
+            if ((rc = zps_client_exchange(client, t, grad, n, (uint32_t)nb, params, &pinfo)) != 0) {
+                rc = client_failed(T, client, "exchange", t, rc);
+                goto done;
+            }
+            /* The time the shards held it for their rule is waiting for
+             * the next model, as a pull's is; the rest is the transfer. */
+            double total = ms_since(t2);
+            double waited = (double)pinfo.waited_us / 1000.0;
+            if (waited > total)
+                waited = total;
+            r.push_ms = total - waited;
+            r.pull_ms += waited;
+            info = pinfo;
+            have = true;
+        } else {
+            if ((rc = zps_client_push(client, t, grad, n, (uint32_t)nb, &pinfo)) != 0) {
+                rc = client_failed(T, client, "push", t, rc);
+                goto done;
+            }
+            r.push_ms = ms_since(t2);
         }
-        r.push_ms = ms_since(t2);
         r.dropped = pinfo.dropped;
         r.step_ms = ms_since(t0);
         if ((rc = record_step(T, &r)) != 0)
@@ -795,7 +818,6 @@ static int run_distributed(trainer_t *T)
             goto done;
         /* The final model: for BSP, version K exists once every worker has
          * pushed its last clock. */
-        zps_reply_info_t info;
         if ((rc = zps_client_pull(client, T->clocks, params, n, &info)) != 0) {
             rc = client_failed(T, client, "final pull", T->clocks, rc);
             goto done;

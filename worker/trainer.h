@@ -77,6 +77,9 @@ typedef struct zps_trainer_config {
      * the final evaluation sees the final model. BSP's model for the last
      * clock is final by construction. */
     bool final_wait;
+    /* One exchange per clock (zps_client_exchange): the push of clock t and
+     * the pull of t + 1 in one message each way; off: a push and a pull. */
+    bool exchange;
 
     /* reporting */
     uint64_t eval_every;        /* evaluate every K clocks (0: only at the end) */
@@ -90,7 +93,7 @@ typedef struct zps_trainer_config {
 /* No servers, rank 0 of 1, fashion-mnist from /usr/share/datasets/fashion-mnist,
  * batch 64, 1 epoch, seed 1, backend auto, 1 BLAS thread, timeout -1,
  * optimizer defaults of zps_opt_config_default, no padding or stragglers,
- * final_wait on, rank 0 evaluates, progress on, 10 s lines. */
+ * final_wait on, exchange on, rank 0 evaluates, progress on, 10 s lines. */
 void zps_trainer_config_default(zps_trainer_config_t *cfg);
 
 typedef struct zps_trainer_result {

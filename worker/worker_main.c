@@ -54,6 +54,9 @@ static void usage(FILE *f)
             "                         --eval-every clocks and of the last, evaluate it and\n"
             "                         save it (--save-params); no worker waits for it\n"
             "  --no-eval              worker 0: do not evaluate (an evaluator does)\n"
+            "  --no-exchange          push, then pull, in two round trips a clock, instead of\n"
+            "                         one exchange (the gradient of clock t and the pull of\n"
+            "                         t+1 in one message each way)\n"
             "\n"
             "Training:\n"
             "  --model SPEC           mlp:I-H1-...-O or linear:D (default mlp:784-256-128-10,\n"
@@ -277,6 +280,9 @@ int main(int argc, char **argv)
             break;
         case ZPS_WORKER_FLAG_BLAS_THREADS:
             cfg.blas_threads = (int)v.l;
+            break;
+        case ZPS_WORKER_FLAG_NO_EXCHANGE:
+            cfg.exchange = false;
             break;
         case ZPS_WORKER_FLAG_NO_FINAL_WAIT:
             cfg.final_wait = false;

@@ -23,9 +23,11 @@
  *   RESULT kind=KIND size=BYTES rtt_us=MEDIAN gbps=GBPS
  *
  * KIND is pushpull (zps push(t) + pull(t+1)), pushpull-raw (the raw
- * two-round-trip baseline above), and with --curve also pushpull-curve (zps
- * over CURVE), echo (raw ZeroMQ, one message each way) and echo-curve (the
- * same echo over CURVE). gbps counts the 2X payload bytes.
+ * two-round-trip baseline above), exchange (zps's one exchange per clock:
+ * the gradient of t and the pull of t+1 in one message each way), echo (raw
+ * ZeroMQ, one message each way: the floor for an exchange), and with
+ * --curve also pushpull-curve (zps over CURVE) and echo-curve (the echo
+ * over CURVE). gbps counts the 2X payload bytes.
  *
  *   bench_pushpull [--sizes 4K,1M,16M,64M] [--seconds S] [--curve]
  */
@@ -339,7 +341,8 @@ static void keys_make(void)
 }
 
 /* zps round trips; through a CURVE server and client when curve is set (keys_make first). */
-static result_t bench_zps(size_t bytes, int rounds, bool curve)
+/* zps round trips: push(t) + pull(t+1), or with `exchange` one zps_client_exchange(t). */
+static result_t bench_zps(size_t bytes, int rounds, bool curve, bool exchange)
 {
     harness_server_t srv;
     char server_key[128], authorized[128], client_key[128], server_pub[128];
@@ -387,9 +390,14 @@ static result_t bench_zps(size_t bytes, int rounds, bool curve)
     uint64_t clock = 0;
     for (int r = -2; r < rounds; r++) {
         uint64_t t0 = zps_now_ns();
-        int rc = zps_client_push(c, clock, grad, n, 32, NULL);
-        if (rc == 0)
-            rc = zps_client_pull(c, clock + 1, params, n, NULL);
+        int rc;
+        if (exchange) {
+            rc = zps_client_exchange(c, clock, grad, n, 32, params, NULL);
+        } else {
+            rc = zps_client_push(c, clock, grad, n, 32, NULL);
+            if (rc == 0)
+                rc = zps_client_pull(c, clock + 1, params, n, NULL);
+        }
         if (rc) {
             fprintf(stderr, "zps: %s\n", zps_client_last_error(c));
             exit(1);
@@ -442,8 +450,28 @@ static void print_result(const char *kind, size_t bytes, result_t r)
 /* What is measured for one payload (the last three only with --curve). */
 typedef struct row {
     size_t bytes;
-    result_t zps_plain, raw, zps_curve, echo_plain, echo_curve;
+    result_t zps_plain, raw, zps_curve, echo_plain, echo_curve, exchange;
 } row_t;
+
+static void print_exchange_table(const row_t *rows, size_t count)
+{
+    printf("\none exchange per clock: zps_client_exchange against a raw ZeroMQ echo of the same "
+           "bytes\n(one message each way, the floor), and against zps push + pull\n\n");
+    printf("%9s %7s | %12s %9s | %12s %9s | %12s | %10s %12s\n", "payload", "rounds", "exchange",
+           "GB/s", "echo RTT", "GB/s", "push+pull", "exchange/", "push+pull/");
+    printf("%9s %7s | %12s %9s | %12s %9s | %12s | %10s %12s\n", "", "", "RTT", "", "", "", "RTT",
+           "echo RTT", "exchange");
+    for (size_t k = 0; k < count; k++) {
+        const row_t *w = &rows[k];
+        char label[32];
+        size_label(label, sizeof(label), w->bytes);
+        printf("%9s %7d | %9.1f us %9.2f | %9.1f us %9.2f | %9.1f us | %10.2f %12.2f\n", label,
+               w->exchange.rounds, w->exchange.seconds * 1e6, gbps(w->bytes, w->exchange),
+               w->echo_plain.seconds * 1e6, gbps(w->bytes, w->echo_plain),
+               w->zps_plain.seconds * 1e6, w->exchange.seconds / w->echo_plain.seconds,
+               w->zps_plain.seconds / w->exchange.seconds);
+    }
+}
 
 static void print_curve_table(const row_t *rows, size_t count)
 {
@@ -504,9 +532,12 @@ int main(int argc, char **argv)
     memset(&echo_curve, 0, sizeof(echo_curve));
     if (raw_start(&raw, RAW_PUSHPULL, max, false) != 0)
         return 1;
+    if (raw_start(&echo, RAW_ECHO, max, false) != 0) {
+        raw_stop(&raw);
+        return 1;
+    }
     if (curve) {
-        if (raw_start(&echo, RAW_ECHO, max, false) != 0 ||
-            raw_start(&echo_curve, RAW_ECHO, max, true) != 0) {
+        if (raw_start(&echo_curve, RAW_ECHO, max, true) != 0) {
             raw_stop(&raw);
             raw_stop(&echo);
             return 1;
@@ -525,7 +556,7 @@ int main(int argc, char **argv)
         size_t b = list[k];
         int rounds = rounds_for(b, seconds, 1.5e9);
         result_t raw_r = bench_raw(&raw, b, rounds);
-        result_t zps_r = bench_zps(b, rounds, false);
+        result_t zps_r = bench_zps(b, rounds, false, false);
         double zgbs = gbps(b, zps_r), rgbs = gbps(b, raw_r);
         char label[32];
         size_label(label, sizeof(label), b);
@@ -536,15 +567,17 @@ int main(int argc, char **argv)
         w->bytes = b;
         w->zps_plain = zps_r;
         w->raw = raw_r;
+        w->echo_plain = bench_echo(&echo, b, rounds);
+        w->exchange = bench_zps(b, rounds, false, true);
         if (curve) {
             /* CURVE moves ~10x slower than plain TCP here: fewer rounds, about as long. */
             int crounds = rounds_for(b, seconds, 1.5e8);
-            w->echo_plain = bench_echo(&echo, b, rounds);
             w->echo_curve = bench_echo(&echo_curve, b, crounds);
-            w->zps_curve = bench_zps(b, crounds, true);
+            w->zps_curve = bench_zps(b, crounds, true, false);
         }
         fflush(stdout);
     }
+    print_exchange_table(rows, count);
     if (curve)
         print_curve_table(rows, count);
     printf("\n");
@@ -552,9 +585,10 @@ int main(int argc, char **argv)
         const row_t *w = &rows[k];
         print_result("pushpull", w->bytes, w->zps_plain);
         print_result("pushpull-raw", w->bytes, w->raw);
+        print_result("exchange", w->bytes, w->exchange);
+        print_result("echo", w->bytes, w->echo_plain);
         if (curve) {
             print_result("pushpull-curve", w->bytes, w->zps_curve);
-            print_result("echo", w->bytes, w->echo_plain);
             print_result("echo-curve", w->bytes, w->echo_curve);
         }
     }

@@ -62,6 +62,7 @@
 #define CHECK_EVERY 25 /* bursts between full checks */
 #define FLAG_RETRY 2u
 #define FLAG_WAIT 32u
+#define FLAG_EXCHANGE 64u
 
 #ifdef ZPS_SANITIZED
 #define DEFAULT_ITERS 1000
@@ -249,9 +250,11 @@ static void random_header(message_t *m, size_t size)
 {
     for (int tries = 0; tries < 100; tries++) {
         add_noise_frame(m, size);
-        /* A waiting observer's pull is answered later, or never: re-roll. */
+        /* A waiting observer's pull is answered later, or never, and an
+         * exchange is answered by the next clock's pull: re-roll. */
         Zps__Header *h = zps__header__unpack(NULL, m->len[0], m->data[0]);
-        bool waits = h && h->type == ZPS__MSG_TYPE__MSG_PULL && (h->flags & FLAG_WAIT);
+        bool waits = h && ((h->type == ZPS__MSG_TYPE__MSG_PULL && (h->flags & FLAG_WAIT)) ||
+                           (h->type == ZPS__MSG_TYPE__MSG_PUSH && (h->flags & FLAG_EXCHANGE)));
         if (h)
             zps__header__free_unpacked(h, NULL);
         if (!waits)

@@ -1,0 +1,239 @@
+/*
+ * test_exchange.c - one exchange per clock (zps_client_exchange) through
+ * real zps-server processes on 127.0.0.1, checked against arithmetic done
+ * here:
+ *   - BSP, two shards, two workers: each worker's exchange of clock 0 is
+ *     answered only once the other has pushed, with the parameters of
+ *     clock 1 = w0 - lr * mean(g) computed by hand, and the push's outcome;
+ *     the server held it (waited_us) while it waited;
+ *   - the same exchange sent again changes nothing: a retry, the same
+ *     parameters, the same version;
+ *   - ASP: an exchange is answered at once with the parameters after its
+ *     own push;
+ *   - an exchange waiting on the barrier when its server stops is answered
+ *     with an error that says its push was taken (TAKEN), and the client
+ *     reports the push taken;
+ *   - the STATS counters count exchanges.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "client.h"
+#include "error.h"
+#include "harness.h"
+#include "timeutil.h"
+
+#define N 10 /* elements; shard 0 holds [0, 5), shard 1 [5, 10) */
+
+static void start(harness_server_t *srv, int shards, const char *mode, const char *workers)
+{
+    for (int i = 0; i < shards; i++) {
+        char shard[16];
+        snprintf(shard, sizeof(shard), "%d/%d", i, shards);
+        const char *args[] = {"--workers", workers, "--shard",     shard,  "--mode", mode,
+                              "--lr",      "0.5",   "--log-level", "warn", NULL};
+        assert_int_equal(harness_start(&srv[i], args), 0);
+    }
+}
+
+static zps_client_t *client(harness_server_t *srv, int shards, int worker)
+{
+    const char *eps[2];
+    for (int i = 0; i < shards; i++)
+        eps[i] = srv[i].endpoint;
+    zps_client_opts_t o;
+    zps_client_opts_default(&o);
+    o.worker = worker;
+    o.timeout_ms = 20000;
+    zps_client_t *c = NULL;
+    assert_int_equal(zps_client_new(eps, (size_t)shards, &o, &c), 0);
+    return c;
+}
+
+static const float w0[N] = {1, 2, 3, 4, 5, -1, -2, -3, -4, -5};
+
+static void grad_of(int worker, float *g)
+{
+    for (int i = 0; i < N; i++)
+        g[i] = (float)(worker + 1) * 0.25f * (float)(i + 1); /* exact in float32 */
+}
+
+typedef struct arg {
+    harness_server_t *srv;
+    int worker;
+    float got[N];
+    zps_reply_info_t info;
+    int rc;
+    double ms;
+} arg_t;
+
+static void *exchange_worker(void *p)
+{
+    arg_t *a = p;
+    zps_client_t *c = client(a->srv, 2, a->worker);
+    float w[N], g[N];
+    a->rc = zps_client_pull(c, 0, w, N, NULL);
+    grad_of(a->worker, g);
+    /* Worker 1 comes late: worker 0's exchange must wait for it. */
+    if (a->rc == 0 && a->worker == 1)
+        zps_sleep_ms(300);
+    uint64_t t0 = zps_now_ns();
+    if (a->rc == 0)
+        a->rc = zps_client_exchange(c, 0, g, N, 1, a->got, &a->info);
+    a->ms = (double)(zps_now_ns() - t0) / 1e6;
+    if (a->rc)
+        fprintf(stderr, "worker %d: %s\n", a->worker, zps_client_last_error(c));
+    zps_client_free(c);
+    return NULL;
+}
+
+static void test_bsp_exchange(void **state)
+{
+    (void)state;
+    harness_server_t srv[2];
+    start(srv, 2, "bsp", "2");
+    zps_client_t *c = client(srv, 2, 0);
+    assert_int_equal(zps_client_init(c, w0, N), 0);
+    zps_client_free(c);
+
+    pthread_t th[2];
+    arg_t args[2];
+    for (int w = 0; w < 2; w++) {
+        args[w] = (arg_t){.srv = srv, .worker = w, .rc = -1};
+        pthread_create(&th[w], NULL, exchange_worker, &args[w]);
+    }
+    for (int w = 0; w < 2; w++) {
+        pthread_join(th[w], NULL);
+        assert_int_equal(args[w].rc, 0);
+    }
+    /* w1 = w0 - 0.5 * (g0 + g1) / 2, by hand: g0 + g1 = 0.75 (i + 1). */
+    for (int w = 0; w < 2; w++) {
+        for (int i = 0; i < N; i++) {
+            float want = w0[i] - 0.5f * (0.75f * (float)(i + 1) / 2.0f);
+            if (args[w].got[i] != want)
+                fail_msg("worker %d element %d: %.9g, expected %.9g", w, i, (double)args[w].got[i],
+                         (double)want);
+        }
+        assert_int_equal(args[w].info.min_version, 1);
+        assert_int_equal(args[w].info.next_clock, 1);
+        assert_false(args[w].info.retried);
+    }
+    /* Worker 0 waited for worker 1 at the server, and it says so. */
+    assert_true(args[0].ms >= 250.0);
+    assert_true(args[0].info.waited_us >= 200000);
+    assert_true((double)args[0].info.waited_us / 1000.0 <= args[0].ms + 1.0);
+    /* The first to push was buffered; the last one's push took the step. */
+    assert_true(args[0].info.buffered);
+
+    /* Sent again: a retry, the same model, nothing applied twice. */
+    c = client(srv, 2, 0);
+    float g[N], again[N];
+    grad_of(0, g);
+    zps_reply_info_t info;
+    assert_int_equal(zps_client_exchange(c, 0, g, N, 1, again, &info), 0);
+    assert_true(info.retried);
+    assert_int_equal(info.min_version, 1);
+    assert_memory_equal(again, args[0].got, sizeof(again));
+    char *json = NULL;
+    assert_int_equal(zps_client_stats(c, 0, &json), 0);
+    assert_non_null(strstr(json, "\"exchanges\":3"));
+    assert_non_null(strstr(json, "\"applied\":0")); /* BSP: steps, not pushes applied */
+    assert_non_null(strstr(json, "\"steps\":1"));
+    free(json);
+    zps_client_free(c);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(harness_stop(&srv[i]), 0);
+}
+
+static void test_asp_exchange(void **state)
+{
+    (void)state;
+    harness_server_t srv[2];
+    start(srv, 2, "asp", "2");
+    zps_client_t *c = client(srv, 2, 0);
+    assert_int_equal(zps_client_init(c, w0, N), 0);
+    float w[N], g[N], got[N];
+    assert_int_equal(zps_client_pull(c, 0, w, N, NULL), 0);
+    grad_of(0, g);
+    zps_reply_info_t info;
+    assert_int_equal(zps_client_exchange(c, 0, g, N, 1, got, &info), 0);
+    for (int i = 0; i < N; i++)
+        assert_true(got[i] == w0[i] - 0.5f * g[i]);
+    assert_int_equal(info.min_version, 1);
+    assert_true(info.waited_us < 1000000);
+    zps_client_free(c);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(harness_stop(&srv[i]), 0);
+}
+
+typedef struct stop_arg {
+    harness_server_t *srv;
+    int rc;
+    bool taken;
+    char why[256];
+} stop_arg_t;
+
+static void *waiting_worker(void *p)
+{
+    stop_arg_t *a = p;
+    zps_client_t *c = client(a->srv, 1, 0);
+    float w[N], g[N];
+    a->rc = zps_client_pull(c, 0, w, N, NULL);
+    grad_of(0, g);
+    if (a->rc == 0)
+        a->rc = zps_client_exchange(c, 0, g, N, 1, w, NULL);
+    a->taken = zps_client_push_taken(c, 0);
+    snprintf(a->why, sizeof(a->why), "%s", zps_client_last_error(c));
+    zps_client_free(c);
+    return NULL;
+}
+
+static void test_stop_while_waiting(void **state)
+{
+    (void)state;
+    harness_server_t srv[1];
+    start(srv, 1, "bsp", "2"); /* worker 1 never comes */
+    zps_client_t *c = client(srv, 1, 0);
+    assert_int_equal(zps_client_init(c, w0, N), 0);
+    zps_client_free(c);
+    stop_arg_t a = {.srv = srv, .rc = 1};
+    pthread_t th;
+    pthread_create(&th, NULL, waiting_worker, &a);
+    /* Until the exchange is parked: the server counts it. */
+    zps_client_t *obs = client(srv, 1, -1);
+    bool parked = false;
+    for (int i = 0; i < 200 && !parked; i++) {
+        char *json = NULL;
+        if (zps_client_stats(obs, 0, &json) == 0)
+            parked = strstr(json, "\"exchanges\":1") != NULL;
+        free(json);
+        if (!parked)
+            zps_sleep_ms(20);
+    }
+    zps_client_free(obs);
+    assert_true(parked);
+    assert_int_equal(harness_stop(&srv[0]), 0);
+    pthread_join(th, NULL);
+    assert_int_equal(a.rc, ZPS_EREMOTE);
+    assert_true(a.taken);
+    assert_non_null(strstr(a.why, "shutting down"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bsp_exchange),
+        cmocka_unit_test(test_asp_exchange),
+        cmocka_unit_test(test_stop_while_waiting),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
