@@ -51,17 +51,17 @@
 typedef struct conn {
     char *endpoint;
     void *sock;
-    void *mon;            /* PAIR socket receiving sock's monitor events, or NULL */
-    unsigned mon_gen;     /* makes each monitor's inproc address unique */
-    bool up;              /* a ZMTP handshake with the peer succeeded and it has not gone */
-    bool up_in_call;      /* up at some moment of the call in progress */
-    bool tcp_seen;        /* a transport connection was made on this socket */
-    unsigned drops;       /* connections of this socket that ended (monitor: DISCONNECTED) */
+    void *mon;              /* PAIR socket receiving sock's monitor events, or NULL */
+    unsigned mon_gen;       /* makes each monitor's inproc address unique */
+    bool up;                /* a ZMTP handshake with the peer succeeded and it has not gone */
+    bool up_in_call;        /* up at some moment of the call in progress */
+    bool tcp_seen;          /* a transport connection was made on this socket */
+    unsigned drops;         /* connections of this socket that ended (monitor: DISCONNECTED) */
     unsigned drops_at_send; /* drops when the request in progress was last sent */
-    int auth_failed;      /* the handshake failure (a ZMQ_EVENT_HANDSHAKE_FAILED_* event)
-                           * reported since this socket's last successful handshake, or 0:
-                           * libzmq may not try again after one, so it is kept */
-    uint64_t version;     /* model version of this shard's last pull reply (a push's base) */
+    int auth_failed;        /* the handshake failure (a ZMQ_EVENT_HANDSHAKE_FAILED_* event)
+                             * reported since this socket's last successful handshake, or 0:
+                             * libzmq may not try again after one, so it is kept */
+    uint64_t version;       /* model version of this shard's last pull reply (a push's base) */
     uint64_t fingerprint; /* configuration fingerprint of its last reply that was read (0: none) */
     bool refuses;         /* INIT: its probe said it will refuse (another shard, another N) */
 
