@@ -99,7 +99,9 @@ mh_teardown() {
             kill -KILL "$pid" 2>/dev/null || true
         done
     done
-    for p in "${mh_pids[@]}"; do wait "$p" 2>/dev/null; done
+    # Reaped whatever their status: a process that needed SIGKILL must not end
+    # the teardown (set -e) before the namespaces are gone.
+    for p in "${mh_pids[@]}"; do wait "$p" 2>/dev/null || true; done
     for i in "${!mh_ns[@]}"; do
         mh_ns_exists "${mh_ns[$i]}" && ip netns del "${mh_ns[$i]}" 2>/dev/null
     done
