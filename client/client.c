@@ -1206,6 +1206,34 @@ static void set_pull_clock(zps_client_t *c, uint64_t clock)
     }
 }
 
+/*
+ * Every shard answered a pull (or an exchange) of an n-element model: checks
+ * the replies' ranges and configurations and copies the parameters into
+ * out[n]. `refused` ends the message of a configuration that differs.
+ */
+static int take_pulled(zps_client_t *c, float *out, uint64_t n, zps_reply_info_t *info,
+                       const char *refused)
+{
+    uint64_t total = 0;
+    int rc = check_pull_replies(c, &total);
+    if (rc == 0 && total != n) {
+        set_error(c, "the servers hold a %llu-element model, not %llu", (unsigned long long)total,
+                  (unsigned long long)n);
+        rc = ZPS_ESIZE;
+    }
+    if (rc == 0) {
+        note_fingerprints(c);
+        rc = agree_config(c, refused);
+    }
+    if (rc)
+        return rc;
+    collect_info(c, info);
+    rc = copy_pulled(c, out);
+    if (rc == 0)
+        c->total = n;
+    return rc;
+}
+
 int zps_client_pull(zps_client_t *c, uint64_t clock, float *out, uint64_t n, zps_reply_info_t *info)
 {
     if (n == 0 || !out)
@@ -1216,25 +1244,7 @@ int zps_client_pull(zps_client_t *c, uint64_t clock, float *out, uint64_t n, zps
     for (size_t i = 0; i < c->nconns; i++)
         c->conns[i].req.flags |= ZPS_FLAG_RANGE;
     int rc = exchange(c, false);
-    uint64_t total = 0;
-    if (rc == 0)
-        rc = check_pull_replies(c, &total);
-    if (rc == 0 && total != n) {
-        set_error(c, "the servers hold a %llu-element model, not %llu", (unsigned long long)total,
-                  (unsigned long long)n);
-        rc = ZPS_ESIZE;
-    }
-    if (rc == 0) {
-        note_fingerprints(c);
-        rc = agree_config(c, "the pull is refused");
-    }
-    if (rc)
-        return rc;
-    collect_info(c, info);
-    rc = copy_pulled(c, out);
-    if (rc == 0)
-        c->total = n;
-    return rc;
+    return rc ? rc : take_pulled(c, out, n, info, "the pull is refused");
 }
 
 int zps_client_pull_alloc(zps_client_t *c, uint64_t clock, float **out, uint64_t *n,
@@ -1311,11 +1321,10 @@ static int push_outcome(zps_client_t *c, uint64_t clock, int rc)
     return ZPS_EPARTIAL;
 }
 
-int zps_client_push(zps_client_t *c, uint64_t clock, const float *grad, uint64_t n, uint32_t batch,
-                    zps_reply_info_t *info)
+/* The PUSH requests of grad[n] at `clock`, checked finite and summed; `flags` added. */
+static int prepare_push(zps_client_t *c, uint64_t clock, const float *grad, uint64_t n,
+                        uint32_t batch, uint32_t flags)
 {
-    if (n == 0 || !grad)
-        return ZPS_EINVAL;
     begin(c, ZPS_MSG_PUSH);
     attach_slices(c, grad, n);
     int rc = sum_slices(c, "gradient element");
@@ -1326,7 +1335,19 @@ int zps_client_push(zps_client_t *c, uint64_t clock, const float *grad, uint64_t
         k->req.clock = clock;
         k->req.batch = batch;
         k->req.model_version = k->version;
+        k->req.flags |= flags;
     }
+    return 0;
+}
+
+int zps_client_push(zps_client_t *c, uint64_t clock, const float *grad, uint64_t n, uint32_t batch,
+                    zps_reply_info_t *info)
+{
+    if (n == 0 || !grad)
+        return ZPS_EINVAL;
+    int rc = prepare_push(c, clock, grad, n, batch, 0);
+    if (rc)
+        return rc;
     /* Every shard's answer is awaited, so a push some shard took is never
      * reported as one that failed. */
     rc = exchange(c, true);
@@ -1348,18 +1369,9 @@ int zps_client_exchange(zps_client_t *c, uint64_t clock, const float *grad, uint
 {
     if (n == 0 || !grad || !out || clock == UINT64_MAX)
         return ZPS_EINVAL;
-    begin(c, ZPS_MSG_PUSH);
-    attach_slices(c, grad, n);
-    int rc = sum_slices(c, "gradient element");
+    int rc = prepare_push(c, clock, grad, n, batch, ZPS_FLAG_EXCHANGE);
     if (rc)
         return rc;
-    for (size_t i = 0; i < c->nconns; i++) {
-        conn_t *k = &c->conns[i];
-        k->req.clock = clock;
-        k->req.batch = batch;
-        k->req.model_version = k->version;
-        k->req.flags |= ZPS_FLAG_EXCHANGE;
-    }
     rc = exchange(c, true);
     /* A shard whose pull failed after it took the push says so (TAKEN). */
     for (size_t i = 0; i < c->nconns; i++) {
@@ -1380,27 +1392,7 @@ int zps_client_exchange(zps_client_t *c, uint64_t clock, const float *grad, uint
             zps_message_close(&c->conns[i].reply);
         return rc;
     }
-    uint64_t total = 0;
-    rc = check_pull_replies(c, &total);
-    if (rc == 0 && total != n) {
-        set_error(c, "the servers hold a %llu-element model, not %llu", (unsigned long long)total,
-                  (unsigned long long)n);
-        rc = ZPS_ESIZE;
-    }
-    if (rc == 0) {
-        note_fingerprints(c);
-        rc = agree_config(c, "the exchange's pull is refused");
-    }
-    if (rc) {
-        for (size_t i = 0; i < c->nconns; i++)
-            zps_message_close(&c->conns[i].reply);
-        return rc;
-    }
-    collect_info(c, info);
-    rc = copy_pulled(c, out);
-    if (rc == 0)
-        c->total = n;
-    return rc;
+    return take_pulled(c, out, n, info, "the exchange's pull is refused");
 }
 
 bool zps_client_push_taken(const zps_client_t *c, size_t index)

@@ -159,10 +159,10 @@ typedef struct zps_reply_info {
                                 * to resume after being evicted and admitted again
                                 * (`rejoined`; a shard that is further on treats the
                                 * clocks in between as retries) */
-    bool retried;  /* push: a shard had already taken this push; it was not applied again */
-    bool dropped;  /* push: a shard dropped it as too late for its step (backup workers) */
-    bool buffered; /* push: a shard keeps it until its clock's synchronous step is taken */
-    bool rejoined; /* a shard had evicted this worker and has admitted it again */
+    bool retried;       /* push: a shard had already taken this push; it was not applied again */
+    bool dropped;       /* push: a shard dropped it as too late for its step (backup workers) */
+    bool buffered;      /* push: a shard keeps it until its clock's synchronous step is taken */
+    bool rejoined;      /* a shard had evicted this worker and has admitted it again */
     uint64_t waited_us; /* pull, exchange: the longest a shard held it for its rule (the BSP
                          * barrier, the SSP bound), in microseconds */
 } zps_reply_info_t;
