@@ -50,7 +50,8 @@ enum {
                                   * clock once it exists, not at once (zps_consistency_observe) */
     ZPS_FLAG_EXCHANGE = 1u << 6, /* PUSH request of a worker: its reply is the PULL of the next
                                   * clock, carrying the push's flags (one exchange per clock) */
-    ZPS_FLAG_TAKEN = 1u << 7,    /* error reply to an exchange: its push was taken all the same */
+    ZPS_FLAG_TAKEN = 1u << 7,    /* reply to an exchange: its push was taken (an error reply
+                                  * too: then the pull failed after the push was taken) */
 };
 
 #define ZPS_ERROR_TEXT_MAX 256

@@ -145,7 +145,7 @@ void zps_handlers_fail_parked(zps_daemon_t *d)
         for (size_t i = 0; i < n; i++) {
             parked_pull_t *p = (parked_pull_t *)(uintptr_t)d->tokens[i];
             zps_request_t later = zps_request_later(&p->peer, &p->req);
-            later.reply_flags = p->carry_flags ? p->carry_flags | ZPS_FLAG_TAKEN : 0;
+            later.reply_flags = p->carry_flags; /* an exchange's: TAKEN among them */
             zps_reply_error(d, &later, ZPS_ESHUTDOWN, "the server is shutting down");
             free(p);
         }
@@ -485,10 +485,13 @@ void zps_handle_push(zps_daemon_t *d, zps_request_t *r)
     pull.clock = req->clock + 1;
     pull.flags = 0;
     pull.json = NULL;
+    /* Every reply to it, an error of its pull too, says the push was taken. */
+    uint32_t carry =
+        (h.flags & (ZPS_FLAG_RETRY | ZPS_FLAG_DROPPED | ZPS_FLAG_BUFFERED)) | ZPS_FLAG_TAKEN;
     zps_request_t pr = *r;
     pr.hdr = &pull;
-    start_pull(d, &pr, h.flags & (ZPS_FLAG_RETRY | ZPS_FLAG_DROPPED | ZPS_FLAG_BUFFERED),
-               h.update_staleness);
+    pr.reply_flags |= carry;
+    start_pull(d, &pr, carry, h.update_staleness);
     zps_handlers_answer_ready(d);
 }
 
