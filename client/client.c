@@ -641,7 +641,7 @@ static const char *request_name(const zps_header_t *h)
     case ZPS_MSG_PULL:
         return "pull";
     case ZPS_MSG_PUSH:
-        return "push";
+        return h->flags & ZPS_FLAG_EXCHANGE ? "exchange" : "push";
     case ZPS_MSG_STATS:
         return "stats";
     case ZPS_MSG_HEARTBEAT:
