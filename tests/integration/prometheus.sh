@@ -68,10 +68,12 @@ query() {
         sed 's/"shard":"\([0-9]*\)".*,"\([^"]*\)"\]/\1 \2/' | sort
 }
 
-# train N : both workers train up to clock N; prints the seconds it took
+# train N : both workers train up to clock N; prints the seconds it took. A
+# step takes at least 2 ms (--base-step-ms), so that 1000 clocks outlast the
+# flood's first second, however fast the machine and the protocol.
 train() {
     local args=(--servers "$servers" --workers 2 --data synthetic:n=400,test=100,dim=4 --batch 8
-                --backend cpu --no-progress --no-eval --clocks "$1")
+                --backend cpu --no-progress --no-eval --clocks "$1" --base-step-ms 2)
     local t0 t1
     t0=$(date +%s.%N)
     "$worker_bin" --rank 0 "${args[@]}" 2>"$dir/w0.log" &
@@ -194,10 +196,15 @@ still=$(cat "$dir/still-1" "$dir/still-2" | sort -n | tail -1)
 printf '2 x 1000 clocks: %.2f s quiet, %.2f s with the endpoints flooded (%.2fx); the version stood still for %s ms at most while flooded\n' \
     "$quiet" "$flooded" "$ratio" "$still"
 [ "${still:-99999}" -lt 3000 ] || fail "training stood still for $still ms while the endpoints were flooded"
-sleep 1.2 # the next published text counts the flood
-page=$(curl -s --max-time 5 "http://$m0/metrics")
-refused=$(echo "$page" | sed -n 's/^zps_metrics_requests_total{.*result="refused"} //p')
-dropped=$(echo "$page" | sed -n 's/^zps_metrics_requests_total{.*result="dropped"} //p')
+# The half-sent requests are dropped 5 s after they were sent (the endpoint's
+# request timeout), and the text is published every second: up to 8 s.
+for _ in $(seq 1 40); do
+    page=$(curl -s --max-time 5 "http://$m0/metrics")
+    refused=$(echo "$page" | sed -n 's/^zps_metrics_requests_total{.*result="refused"} //p')
+    dropped=$(echo "$page" | sed -n 's/^zps_metrics_requests_total{.*result="dropped"} //p')
+    [ "${dropped:-0}" -ge 100 ] && break
+    sleep 0.2
+done
 echo "endpoint of shard 0 after the flood: $refused requests refused, $dropped connections dropped"
 [ "${refused:-0}" -ge 40 ] || fail "the flood did not reach the endpoint: $refused refused"
 [ "${dropped:-0}" -ge 100 ] || fail "the half-sent requests were not dropped: $dropped"

@@ -9,7 +9,9 @@
 #   - the run folder holds every process's log and metrics, brought back over
 #     ssh, and each host's folder holds only the secret keys of its own
 #     processes (0600);
-#   - a second run: host 2's processes (its sshd and worker 3) are killed
+#   - a second run is interrupted (SIGINT, as Ctrl-C): exit 130, and no zps
+#     process is left on any host;
+#   - a third run: host 2's processes (its sshd and worker 3) are killed
 #     mid-run; the launcher names the worker and the host, stops the rest and
 #     exits 1, and no zps process is left on any host;
 #   - a host that does not answer ssh is named at set-up, before anything
@@ -126,15 +128,40 @@ keys_of() { (cd "$run/hosts/$1/keys" && ls *.key | sort | tr '\n' ' '); }
 [ "$(stat -c %a "$run/hosts/${mh_addr[2]}/keys/worker-3.key")" = 600 ] ||
     mh_fail "worker-3.key is not 0600"
 
-# --- run 2: host 2 dies mid-run ---
+# No zps process is left on any host (the far side stops each when its ssh ends).
+no_zps_left() {
+    local i left
+    for i in 0 1 2; do
+        for _ in $(seq 50); do
+            left=$(ip netns pids "${mh_ns[$i]}" | xargs -r ps -o comm= -p | grep -c '^zps' || true)
+            [ "$left" -eq 0 ] && break
+            sleep 0.2
+        done
+        [ "$left" -eq 0 ] || mh_fail "$1: host $i still runs $left zps processes"
+    done
+}
+
+# Waits until worker 3 (host 2) of run $1 has reported a step.
+wait_for_step() {
+    for _ in $(seq 200); do
+        [ -s "$d/runs/$1/worker-3.jsonl" ] && return
+        sleep 0.1
+    done
+    mh_fail "run $1: worker 3 never reported a step: $(tail -5 "$d/$1.log")"
+}
+
+# --- run 2: Ctrl-C stops every process on every host ---
+mh_start 0 interrupted "${launch[@]}" --epochs 200 --name interrupted
+wait_for_step interrupted
+kill -INT "$mh_pid"
+mh_wait_pid "$mh_pid" 30
+[ "$mh_rc" -eq 130 ] || mh_fail "zps launch exited $mh_rc after SIGINT: $(tail -5 "$d/interrupted.log")"
+no_zps_left "after SIGINT"
+
+# --- run 3: host 2 dies mid-run ---
 mh_start 0 crash "${launch[@]}" --epochs 200 --name crash
 crash_pid=$mh_pid
-for _ in $(seq 200); do
-    [ -s "$d/runs/crash/worker-3.jsonl" ] && break
-    sleep 0.1
-done
-[ -s "$d/runs/crash/worker-3.jsonl" ] ||
-    mh_fail "worker 3 never reported a step: $(tail -5 "$d/crash.log")"
+wait_for_step crash
 t_kill=$(mh_now)
 # Every process on host 2 (netns.sh's namespace of it): its sshd and worker 3.
 disown "${sshd_pid[2]}" 2>/dev/null || true # (bash would report its death)
@@ -144,15 +171,7 @@ mh_wait_pid "$crash_pid" 30
 grep -q "worker 3 .*lost its ssh connection to ${mh_addr[2]}" "$d/crash.log" ||
     mh_fail "the launcher did not name worker 3 and host 2: $(grep 'zps launch' "$d/crash.log" | tail -5)"
 t_stopped=$(mh_now)
-# No zps process is left on any host: the far side stopped each when its ssh ended.
-for i in 0 1 2; do
-    for _ in $(seq 50); do
-        left=$(ip netns pids "${mh_ns[$i]}" | xargs -r ps -o comm= -p | grep -c '^zps' || true)
-        [ "$left" -eq 0 ] && break
-        sleep 0.2
-    done
-    [ "$left" -eq 0 ] || mh_fail "host $i still runs $left zps processes after the launcher ended"
-done
+no_zps_left "after host 2 died"
 
 # --- a host that does not answer ssh (host 2's sshd is gone) is named at set-up ---
 set +e
