@@ -29,10 +29,15 @@ start_server s1 --shard 1/2 "${cluster[@]}"
 ep1=$ep
 servers="$ep0,$ep1"
 
-# stat EP KEY : a number from the server's STATS
+# stat EP KEY : the first value of KEY in the server's STATS. Matched in bash:
+# a `grep | head -1` pipeline under pipefail fails now and then, when head
+# exits before grep has written its last match (SIGPIPE), and set -e then
+# ends the test without a word.
 stat() {
-    "$zps" stats --servers "$1" --timeout-ms 2000 | grep -o "\"$2\":[^,}]*" | head -1 | cut -d: -f2- |
-        tr -d '"'
+    local json
+    json=$("$zps" stats --servers "$1" --timeout-ms 2000) || return 1
+    [[ $json =~ \"$2\":([^,}]*) ]] || return 1
+    echo "${BASH_REMATCH[1]//\"/}"
 }
 m0=$(stat "$ep0" metrics)
 m1=$(stat "$ep1" metrics)
@@ -61,10 +66,12 @@ prometheus --config.file="$dir/prometheus.yml" --storage.tsdb.path="$dir/tsdb" \
 pids+=($!)
 prom=http://127.0.0.1:$prom_port
 
-# query EXPR : "shard value" lines for an instant query
+# query EXPR : "shard value" lines for an instant query; nothing (and status
+# 0: the callers poll) while Prometheus is not answering yet
 query() {
-    curl -s --max-time 5 -G "$prom/api/v1/query" --data-urlencode "query=$1" |
-        { grep -o '"shard":"[0-9]*"[^]]*\]' || true; } |
+    local out
+    out=$(curl -s --max-time 5 -G "$prom/api/v1/query" --data-urlencode "query=$1") || return 0
+    { grep -o '"shard":"[0-9]*"[^]]*\]' <<<"$out" || true; } |
         sed 's/"shard":"\([0-9]*\)".*,"\([^"]*\)"\]/\1 \2/' | sort
 }
 
@@ -199,7 +206,7 @@ printf '2 x 1000 clocks: %.2f s quiet, %.2f s with the endpoints flooded (%.2fx)
 # The half-sent requests are dropped 5 s after they were sent (the endpoint's
 # request timeout), and the text is published every second: up to 8 s.
 for _ in $(seq 1 40); do
-    page=$(curl -s --max-time 5 "http://$m0/metrics")
+    page=$(curl -s --max-time 5 "http://$m0/metrics") || page=""
     refused=$(echo "$page" | sed -n 's/^zps_metrics_requests_total{.*result="refused"} //p')
     dropped=$(echo "$page" | sed -n 's/^zps_metrics_requests_total{.*result="dropped"} //p')
     [ "${dropped:-0}" -ge 100 ] && break
@@ -208,9 +215,9 @@ done
 echo "endpoint of shard 0 after the flood: $refused requests refused, $dropped connections dropped"
 [ "${refused:-0}" -ge 40 ] || fail "the flood did not reach the endpoint: $refused refused"
 [ "${dropped:-0}" -ge 100 ] || fail "the half-sent requests were not dropped: $dropped"
-code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 "http://$m0/metrics")
+code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 "http://$m0/metrics") || true
 [ "$code" = 200 ] || fail "the endpoint answers $code after the flood"
-code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 -X DELETE "http://$m0/metrics")
+code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 -X DELETE "http://$m0/metrics") || true
 [ "$code" = 405 ] || fail "DELETE /metrics answered $code"
 
 # A worker's own endpoint: a --local run padded to 10 ms a step serves its
@@ -222,7 +229,7 @@ wl=$!
 pids+=($wl)
 wm=""
 for _ in $(seq 1 100); do
-    wm=$(sed -n 's|.*metrics on http://\([^/]*\)/metrics.*|\1|p' "$dir/local.log" | head -1)
+    wm=$(sed -n '/metrics on http:/{s|.*metrics on http://\([^/]*\)/metrics.*|\1|p;q}' "$dir/local.log")
     [ -n "$wm" ] && break
     sleep 0.05
 done

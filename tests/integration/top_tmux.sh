@@ -47,9 +47,12 @@ w1=$!
 pids+=($w1)
 
 # version_of_shard0 : shard 0's model version from zps stats (empty if none)
+# (matched in bash: a `| head -1` pipeline under pipefail may fail on SIGPIPE)
 version_of_shard0() {
-    "$zps" stats --servers "$ep0" --timeout-ms 2000 2>/dev/null |
-        sed -n 's/.*"version":\([0-9]*\).*/\1/p' | head -1
+    local json
+    json=$("$zps" stats --servers "$ep0" --timeout-ms 2000 2>/dev/null) || return 0
+    [[ $json =~ \"version\":([0-9]+) ]] && echo "${BASH_REMATCH[1]}"
+    return 0
 }
 # Training is under way once the version passes 5 (30 s at most).
 for _ in $(seq 1 300); do

@@ -64,9 +64,12 @@ stats() {
         --key "$d/rd.key" --server-key "$d/srv.pub" >"$d/stats-$1.json" 2>"$d/stats.err"
 }
 # field NAME I : element I of the array NAME in the last stats() file read ($stats_of)
+# (matched in bash: `grep | head -1` under pipefail may fail on SIGPIPE)
 field() {
-    grep -o "\"$1\":\[[^]]*\]" "$d/stats-$stats_of.json" | head -1 | sed 's/.*\[//; s/\]//' |
-        cut -d, -f$(($2 + 1))
+    local json
+    json=$(<"$d/stats-$stats_of.json")
+    [[ $json =~ \"$1\":\[([^]]*)\] ]] || return 0
+    cut -d, -f$(($2 + 1)) <<<"${BASH_REMATCH[1]}"
 }
 show() { # show S : the arrays that matter, for messages
     grep -o '"\(clocks\|live\|evictions\)":\[[^]]*\]' "$d/stats-$1.json" | tr '\n' ' '
