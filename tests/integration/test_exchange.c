@@ -37,7 +37,7 @@
 static void start(harness_server_t *srv, int shards, const char *mode, const char *workers)
 {
     for (int i = 0; i < shards; i++) {
-        char shard[16];
+        char shard[32];
         snprintf(shard, sizeof(shard), "%d/%d", i, shards);
         const char *args[] = {"--workers", workers, "--shard",     shard,  "--mode", mode,
                               "--lr",      "0.5",   "--log-level", "warn", NULL};
