@@ -65,11 +65,6 @@ static int write_new_file(const char *path, const char *text, size_t len, char *
     return rc;
 }
 
-void zps_launch_keys_worker(const zps_launch_keys_t *k, uint32_t rank, char *buf, size_t size)
-{
-    snprintf(buf, size, "%s/worker-%u.key", k->dir, rank);
-}
-
 int zps_launch_keys_make(const char *run_dir, const char *name, uint32_t workers,
                          zps_launch_keys_t *k, char *why, size_t why_size)
 {

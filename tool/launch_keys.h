@@ -47,7 +47,4 @@ typedef struct zps_launch_keys {
 int zps_launch_keys_make(const char *run_dir, const char *name, uint32_t workers,
                          zps_launch_keys_t *k, char *why, size_t why_size);
 
-/* Writes the path of worker `rank`'s secret key file (RUN/keys/worker-R.key) to buf. */
-void zps_launch_keys_worker(const zps_launch_keys_t *k, uint32_t rank, char *buf, size_t size);
-
 #endif
