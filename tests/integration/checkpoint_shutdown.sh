@@ -4,7 +4,8 @@
 # before listening); a failed checkpoint does not count as saved, so
 # SIGTERM still writes one; a shutdown checkpoint that cannot be written is
 # retried a bounded number of times, and the server says its state is not
-# saved and exits 3.
+# saved and exits 3; a second SIGTERM while the shutdown checkpoint is
+# written changes nothing.
 #
 # A write is made to fail by replacing the checkpoint directory with a
 # regular file while the server runs, or by a file size limit of 0 (with
@@ -135,4 +136,24 @@ pid=${pids[-1]}
 kill -INT "$pid"
 wait_exit "$pid"
 [ "$status" -eq 0 ] || fail "exit status $status after SIGINT"
+# ---- 5. a second SIGTERM while the shutdown checkpoint is written changes nothing ----
+# A 128 MiB shard takes a while to write (about 0.1 s here); the second
+# SIGTERM comes 50 ms after the first, as a supervisor that signals a whole
+# process group, and then the process, may send it.
+ck=$dir/ck6
+head -c $((128 << 20)) /dev/zero >"$dir/big.f32"
+start_server e --workers 1 --checkpoint-dir "$ck"
+pid=${pids[-1]}
+"$zps" init --servers "$ep" --file "$dir/big.f32" --timeout-ms 60000
+rm -f "$dir/big.f32"
+kill -TERM "$pid"
+sleep 0.05
+second=sent
+kill -TERM "$pid" 2>/dev/null || second="not sent: the server had already exited"
+wait_exit "$pid"
+[ "$status" -eq 0 ] || fail "exit status $status after a second SIGTERM ($second): $(cat "$dir/e.log")"
+[ -f "$(v "$ck" 0)" ] || fail "no shutdown checkpoint after a second SIGTERM: $(cat "$dir/e.log")"
+echo "a second SIGTERM during the shutdown checkpoint: $second; exit status 0, checkpoint written"
+rm -rf "$ck"
+
 echo "checkpoint shutdown: all checks passed"
