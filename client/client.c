@@ -648,6 +648,8 @@ static const char *request_name(const zps_header_t *h)
         return "heartbeat";
     case ZPS_MSG_CHECKPOINT:
         return "checkpoint";
+    case ZPS_MSG_RELOAD_KEYS:
+        return "reload-keys";
     default:
         return "request";
     }
@@ -1400,9 +1402,10 @@ bool zps_client_push_taken(const zps_client_t *c, size_t index)
     return index < c->nconns && c->conns[index].took;
 }
 
-int zps_client_checkpoint(zps_client_t *c, char **report)
+/* A request of `type` to every shard whose replies' json make one line each in *report. */
+static int ask_every_shard(zps_client_t *c, enum zps_msg_type type, char **report)
 {
-    begin(c, ZPS_MSG_CHECKPOINT);
+    begin(c, type);
     int rc = exchange(c, false);
     zps_strbuf_t b;
     zps_strbuf_init(&b);
@@ -1417,6 +1420,16 @@ int zps_client_checkpoint(zps_client_t *c, char **report)
     }
     *report = zps_strbuf_take(&b);
     return *report ? 0 : ZPS_ENOMEM;
+}
+
+int zps_client_checkpoint(zps_client_t *c, char **report)
+{
+    return ask_every_shard(c, ZPS_MSG_CHECKPOINT, report);
+}
+
+int zps_client_reload_keys(zps_client_t *c, char **report)
+{
+    return ask_every_shard(c, ZPS_MSG_RELOAD_KEYS, report);
 }
 
 int zps_client_stats(zps_client_t *c, size_t index, char **json)

@@ -256,6 +256,16 @@ int zps_client_stats(zps_client_t *c, size_t index, char **json);
 int zps_client_checkpoint(zps_client_t *c, char **report);
 
 /*
+ * Asks every shard to read its authorized keys file again (an admin key's
+ * request; docs/security.md) and waits for each. *report is malloc'd
+ * (caller frees): one line per shard, {"keys":N}; written only on success.
+ * Returns 0 or a ZPS_E* code: ZPS_EREMOTE when a shard refused (the key's
+ * role, no --authorized-keys, a file that does not load: that shard keeps
+ * its list; see zps_client_last_error). Blocks.
+ */
+int zps_client_reload_keys(zps_client_t *c, char **report);
+
+/*
  * After a failed call: a one-line explanation naming the server, e.g.
  * "tcp://127.0.0.1:7101: range [5, 10) does not match shard 1/2 of 12 (ZPS_ERANGE)".
  * Owned by `c`; valid until the next call on `c`. Empty after a success.

@@ -932,6 +932,7 @@ bool zps_authkeys_allows(const zps_authkeys_t *list, const uint8_t key[ZPS_KEY_B
         [ZPS_ACCESS_STATS] = "ask for stats",
         [ZPS_ACCESS_HEARTBEAT] = "send heartbeats",
         [ZPS_ACCESS_CHECKPOINT] = "ask for a checkpoint",
+        [ZPS_ACCESS_RELOAD_KEYS] = "reload the authorized keys",
     };
     if ((unsigned)what >= sizeof(actions) / sizeof(actions[0])) {
         zps_set_reason(why, why_size, "unknown request type %d", (int)what);

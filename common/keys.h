@@ -77,6 +77,7 @@
  *     STATS                    yes     yes                yes      no
  *     HEARTBEAT as worker w    yes     w in R             no       no
  *     CHECKPOINT               yes     no                 no       no
+ *     RELOAD_KEYS              yes     no                 no       no
  *
  * ---- Status codes ----
  *
@@ -123,6 +124,7 @@ typedef enum zps_access {
     ZPS_ACCESS_STATS,
     ZPS_ACCESS_HEARTBEAT, /* as worker w */
     ZPS_ACCESS_CHECKPOINT,
+    ZPS_ACCESS_RELOAD_KEYS,
 } zps_access_t;
 
 /* The list of authorized keys, opaque; made by zps_authkeys_parse/_load. */

@@ -36,8 +36,9 @@ enum zps_msg_type {
     ZPS_MSG_STATS = 4,
     ZPS_MSG_HEARTBEAT = 5,
     ZPS_MSG_CHECKPOINT = 6,
+    ZPS_MSG_RELOAD_KEYS = 7,
 };
-#define ZPS_MSG_TYPE_MAX ZPS_MSG_CHECKPOINT
+#define ZPS_MSG_TYPE_MAX ZPS_MSG_RELOAD_KEYS
 
 /* Header flag bits. */
 enum {

@@ -152,22 +152,26 @@ void zps_auth_serve(zps_auth_t *a)
     }
 }
 
-int zps_auth_reload(zps_auth_t *a)
+int zps_auth_reload(zps_auth_t *a, const char *who, char *why, size_t why_size)
 {
     if (!a->path)
         return 0;
-    char why[512];
     zps_authkeys_t *fresh;
-    int rc = zps_authkeys_load(a->path, a->workers, &fresh, why, sizeof(why));
+    int rc = zps_authkeys_load(a->path, a->workers, &fresh, why, why_size);
     if (rc) {
-        zps_error("SIGHUP: keeping the authorized keys in force (%zu keys): %s",
+        zps_error("%s: keeping the authorized keys in force (%zu keys): %s", who,
                   zps_authkeys_count(a->keys), why);
         return rc;
     }
     zps_authkeys_free(a->keys);
     a->keys = fresh;
-    zps_info("SIGHUP: reloaded %s: %zu authorized keys", a->path, zps_authkeys_count(fresh));
+    zps_info("%s: reloaded %s: %zu authorized keys", who, a->path, zps_authkeys_count(fresh));
     return 0;
+}
+
+size_t zps_auth_key_count(const zps_auth_t *a)
+{
+    return a->path ? zps_authkeys_count(a->keys) : 0;
 }
 
 bool zps_auth_access(const zps_header_t *hdr, zps_access_t *what, long *worker)
@@ -191,6 +195,9 @@ bool zps_auth_access(const zps_header_t *hdr, zps_access_t *what, long *worker)
         return true;
     case ZPS_MSG_CHECKPOINT:
         *what = ZPS_ACCESS_CHECKPOINT;
+        return true;
+    case ZPS_MSG_RELOAD_KEYS:
+        *what = ZPS_ACCESS_RELOAD_KEYS;
         return true;
     default:
         return false;

@@ -57,11 +57,16 @@ int zps_auth_fd(const zps_auth_t *a);
 void zps_auth_serve(zps_auth_t *a);
 
 /*
- * Reads the authorized keys file again. All or nothing: on success the new
- * list replaces the old (logged with its size); on failure the old list
- * stays in force and the reason is logged. Returns 0 or the ZPS_E* code.
+ * Reads the authorized keys file again, for `who` ("SIGHUP", or the
+ * request's sender, in the log). All or nothing: on success the new list
+ * replaces the old (logged with its size); on failure the old list stays in
+ * force and the reason is logged and written to why. Returns 0 (also
+ * without authentication: nothing to reload) or the ZPS_E* code.
  */
-int zps_auth_reload(zps_auth_t *a);
+int zps_auth_reload(zps_auth_t *a, const char *who, char *why, size_t why_size);
+
+/* How many keys the list in force holds (0 without authentication). */
+size_t zps_auth_key_count(const zps_auth_t *a);
 
 /*
  * Whether the request `hdr`, received from `peer`, may run: true when

@@ -522,6 +522,30 @@ void zps_handle_heartbeat(zps_daemon_t *d, zps_request_t *r)
     zps_reply_send(d, r, &h);
 }
 
+void zps_handle_reload_keys(zps_daemon_t *d, zps_request_t *r)
+{
+    /* Authorized as an admin's request (auth.c) before it gets here. */
+    if (!d->cfg->authorized_keys) {
+        zps_reply_error(d, r, ZPS_EMODE,
+                        "this server has no --authorized-keys: there is nothing to reload");
+        return;
+    }
+    char why[512], who[96];
+    snprintf(who, sizeof(who), "RELOAD_KEYS from %.8s...", r->peer->user);
+    int rc = zps_auth_reload(&d->auth, who, why, sizeof(why));
+    if (rc) {
+        zps_reply_error(d, r, rc, "kept the authorized keys in force (%zu): %s",
+                        zps_auth_key_count(&d->auth), why);
+        return;
+    }
+    char json[64];
+    snprintf(json, sizeof(json), "{\"keys\":%zu}", zps_auth_key_count(&d->auth));
+    zps_header_t h;
+    zps_reply_header(d, r, &h);
+    h.json = json;
+    zps_reply_send(d, r, &h);
+}
+
 void zps_handle_checkpoint(zps_daemon_t *d, zps_request_t *r)
 {
     if (!check_worker(d, r, true) || !check_shard(d, r))

@@ -28,6 +28,10 @@ void zps_handle_push(struct zps_daemon *d, zps_request_t *r); /* may take r->msg
 void zps_handle_stats(struct zps_daemon *d, zps_request_t *r);
 void zps_handle_heartbeat(struct zps_daemon *d, zps_request_t *r);
 void zps_handle_checkpoint(struct zps_daemon *d, zps_request_t *r);
+/* RELOAD_KEYS (an admin's, auth.c): the authorized keys file read again,
+ * all or nothing; the reply's json is {"keys":N}, the error says why the old
+ * list stays. */
+void zps_handle_reload_keys(struct zps_daemon *d, zps_request_t *r);
 
 /* BSP: takes every step the rules say is due (none under SSP and ASP). */
 void zps_handlers_take_steps(struct zps_daemon *d);

@@ -218,6 +218,9 @@ static void handle(zps_daemon_t *d, zps_message_t *m, int rc)
     case ZPS_MSG_CHECKPOINT:
         zps_handle_checkpoint(d, &r);
         break;
+    case ZPS_MSG_RELOAD_KEYS:
+        zps_handle_reload_keys(d, &r);
+        break;
     default:
         zps_reply_error(d, &r, ZPS_EMODE, "message type %u is not served by this server",
                         m->hdr.type);
@@ -290,7 +293,8 @@ static void on_sighup(uv_signal_t *h, int signum)
     (void)signum;
     zps_daemon_t *d = h->data;
     /* Reads a file of at most ZPS_KEYS_FILE_MAX bytes: short, and rare. */
-    zps_auth_reload(&d->auth);
+    char why[512];
+    zps_auth_reload(&d->auth, "SIGHUP", why, sizeof(why));
 }
 
 static void on_conns(uv_poll_t *h, int status, int events)

@@ -7,6 +7,7 @@
  *   zps stats --servers ...
  *   zps top --servers ... [--interval SEC] [--once] [--run DIR]
  *   zps checkpoint --servers ...
+ *   zps reload-keys --servers ... --key ADMIN.key --server-key SERVER.pub
  *   zps checkpoint inspect FILE
  *   zps keygen PREFIX [--force]
  *
@@ -62,6 +63,9 @@ static void usage(FILE *f)
                "  checkpoint inspect FILE\n"
                "          print a checkpoint's header and verify every section's checksum\n"
                "          (exit 0 valid, 1 invalid, 2 unreadable)\n"
+               "  reload-keys\n"
+               "          have every server read its --authorized-keys file again, as SIGHUP\n"
+               "          does (an admin key's request); prints each one's key count\n"
                "  launch  start a whole local cluster (servers and workers) and train; it has\n"
                "          its own flags: zps launch --help\n"
                "  keygen PREFIX [--force]\n"
@@ -348,6 +352,18 @@ static int cmd_checkpoint(zps_client_t *c, const args_t *a)
     return 0;
 }
 
+static int cmd_reload_keys(zps_client_t *c, const args_t *a)
+{
+    (void)a;
+    char *report;
+    int rc = zps_client_reload_keys(c, &report);
+    if (rc)
+        return fail(c, rc);
+    printf("%s", report);
+    free(report);
+    return 0;
+}
+
 static int cmd_stats(zps_client_t *c, const args_t *a)
 {
     (void)a;
@@ -391,7 +407,8 @@ int main(int argc, char **argv)
                 {"push", cmd_push},
                 {"pull", cmd_pull},
                 {"stats", cmd_stats},
-                {"checkpoint", cmd_checkpoint}};
+                {"checkpoint", cmd_checkpoint},
+                {"reload-keys", cmd_reload_keys}};
     int (*fn)(zps_client_t *, const args_t *) = NULL;
     for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
         if (strcmp(argv[1], cmds[i].name) == 0) {

@@ -11,6 +11,10 @@
 #   - SIGHUP: a removed key is refused from then on, on a new connection
 #     (handshake) and on one opened before (a training zps-worker stops at
 #     its next request with ZPS_EDENIED); a bad file keeps the old list;
+#   - `zps reload-keys` does the same for an admin key, is refused to a
+#     reader or worker key, reports a bad file (the list in force stays),
+#     and to a server without --authorized-keys says there is nothing to
+#     reload;
 #   - start-up: a secret key others may read, --key without
 #     --authorized-keys, and a non-loopback address without keys (and
 #     without --insecure) are usage errors (2), before anything listens.
@@ -137,6 +141,30 @@ refused_auth "$zps" push --servers "$main" --worker 2 --clock 2 --batch 1 --valu
 as w0 push --worker 0 --clock 1 --batch 1 --values 0,0
 [ "$(model)" = "8 17 " ] || fail "model after revocation: $(model)"
 kill -0 "$server_pid" || fail "the server died on SIGHUP"
+
+# --- zps reload-keys: an admin's request does what SIGHUP does; no other key may ---
+authorized # w2 listed again
+for k in rd w0; do
+    expect_status 1 as "$k" reload-keys --timeout-ms 5000
+    grep -q "may not reload the authorized keys" "$dir/err" || fail "$k reload-keys: $(cat "$dir/err")"
+done
+expect_status 1 as w2 reload-keys --timeout-ms 5000 # still unlisted: no handshake
+grep -q "authentication failed for $main" "$dir/err" || fail "w2 reload-keys: $(cat "$dir/err")"
+expect_status 0 as adm reload-keys --timeout-ms 5000
+[ "$(cat "$dir/out")" = '{"keys":4}' ] || fail "reload-keys printed: $(cat "$dir/out")"
+grep -q "RELOAD_KEYS from .*: reloaded .*: 4 authorized keys" main.log ||
+    fail "reload-keys not logged: $(cat main.log)"
+as w2 push --worker 2 --clock 2 --batch 1 --values 0,0 --timeout-ms 5000 # admitted again
+echo "not a key" >"$dir/ak"
+expect_status 1 as adm reload-keys --timeout-ms 5000
+grep -q "kept the authorized keys in force (4)" "$dir/err" || fail "bad file: $(cat "$dir/err")"
+as w2 push --worker 2 --clock 3 --batch 1 --values 0,0 --timeout-ms 5000 # the list in force stays
+authorized
+[ "$(model)" = "8 17 " ] || fail "model after reload-keys: $(model)"
+start_server nokeys --workers 1
+expect_status 1 "$zps" reload-keys --servers "$ep" --timeout-ms 5000
+grep -q "no --authorized-keys: there is nothing to reload" "$dir/err" ||
+    fail "reload-keys without keys: $(cat "$dir/err")"
 
 # --- zps-worker: an unlisted key fails at once; a key others may read is usage ---
 t0=$(now_ms)

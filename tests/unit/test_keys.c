@@ -726,7 +726,7 @@ static void test_authorization_table(void **state)
 {
     (void)state;
     /* What each kind of key may do, written out from the rules. */
-    static const bool allowed[7][5] = {
+    static const bool allowed[8][5] = {
         /*                         admin  w-in   w-out  reader unlisted */
         [ZPS_ACCESS_INIT] = {true, false, false, false, false},
         [ZPS_ACCESS_PUSH] = {true, true, false, false, false},
@@ -735,6 +735,7 @@ static void test_authorization_table(void **state)
         [ZPS_ACCESS_STATS] = {true, true, true, true, false},
         [ZPS_ACCESS_HEARTBEAT] = {true, true, false, false, false},
         [ZPS_ACCESS_CHECKPOINT] = {true, false, false, false, false},
+        [ZPS_ACCESS_RELOAD_KEYS] = {true, false, false, false, false},
     };
     zps_authkeys_t *list = parse_ok(SERVER_PUB " admin\n" CLIENT_PUB " worker 0,2-3\n" HASH_KEY
                                                " reader\n" PCT_KEY " worker 1,5-6,9\n",
@@ -750,7 +751,7 @@ static void test_authorization_table(void **state)
     for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++) {
         uint8_t key[ZPS_KEY_BYTES];
         key_of(keys[k].z85, key);
-        for (int what = 0; what < 7; what++) {
+        for (int what = 0; what < 8; what++) {
             for (long w = -2; w <= 11; w++) {
                 int kind = keys[k].kind;
                 if (kind < 0) {
@@ -802,8 +803,13 @@ static void test_authorization_table(void **state)
          "key 0####0##... is a reader key; a reader key may not initialise the model"},
         {HASH_KEY, ZPS_ACCESS_CHECKPOINT, 0,
          "key 0####0##... is a reader key; a reader key may not ask for a checkpoint"},
+        {HASH_KEY, ZPS_ACCESS_RELOAD_KEYS, 0,
+         "key 0####0##... is a reader key; a reader key may not reload the authorized keys"},
+        {CLIENT_PUB, ZPS_ACCESS_RELOAD_KEYS, 0,
+         "key Yne@$w-v... is a worker key for ranks 0,2-3; a worker key may not reload the "
+         "authorized keys"},
         {ONES_KEY, ZPS_ACCESS_STATS, 0, "key 11111111... is not an authorized key"},
-        {SERVER_PUB, (zps_access_t)7, 0, "unknown request type 7"},
+        {SERVER_PUB, (zps_access_t)8, 0, "unknown request type 8"},
         {SERVER_PUB, (zps_access_t)-1, 0, "unknown request type -1"},
     };
     for (size_t i = 0; i < sizeof(reasons) / sizeof(reasons[0]); i++) {
