@@ -5,7 +5,7 @@
 # the node names resolve nowhere, slurm.conf gives each its NodeAddr), all of
 # their files in the test's private directory, then submits five jobs at once
 # from the hosts, with synthetic data, BSP and keys on:
-#   1. sbatch -N 3 --ntasks-per-node=2 zps.sbatch, ZPS_SERVERS=2 ZPS_WORKERS=4:
+#   1. sbatch -N 3 --ntasks-per-node=2 zps.sbatch, ZPS_JOB_SERVERS=2 ZPS_JOB_WORKERS=4:
 #      COMPLETED, exit 0:0, no step reported cancelled; the run folder in the
 #      submit directory holds a log per task, the keys (keys/ 0700, secret
 #      keys 0600, worker 0 admin, worker R its own rank, each worker handed
@@ -193,7 +193,7 @@ chmod 755 "$wrapper"
 # zps-server and zps-worker (they read ZPS_FLAG=VALUE as --flag VALUE), while
 # other ZPS_* variables do.
 wrapper=
-job_env=(ZPS_SERVERS=2 ZPS_WORKERS=4 ZPS_WAIT_LOG_MS=20000)
+job_env=(ZPS_JOB_SERVERS=2 ZPS_JOB_WORKERS=4 ZPS_WAIT_LOG_MS=20000)
 submit 1 ok -N 3 --ntasks-per-node=2 -- "${script_train[@]}"
 job1=$job
 job_env=()
