@@ -51,7 +51,8 @@
     X(ZPS_ECONFIG, -29, "the shards' configurations differ")                                       \
     X(ZPS_EPARTIAL, -30, "taken by some shards only")                                              \
     X(ZPS_EDENIED, -31, "not authorized")                                                          \
-    X(ZPS_EAUTH, -32, "authentication failed")
+    X(ZPS_EAUTH, -32, "authentication failed")                                                     \
+    X(ZPS_ESEAL, -33, "sealed message refused: unknown session, bad tag or replayed")
 
 enum zps_error {
 #define ZPS_ERROR_ENUM(name, value, text) name = value,

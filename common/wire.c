@@ -10,6 +10,7 @@
 
 #include "checksum.h"
 #include "error.h"
+#include "seal.h"
 #include "simd.h"
 #include "zps.pb-c.h"
 
@@ -150,6 +151,49 @@ static bool has_more(void *sock)
     return zmq_getsockopt(sock, ZMQ_RCVMORE, &more, &sz) == 0 && more;
 }
 
+/* Decodes a header frame's bytes into msg->hdr (and msg->json). */
+static int decode_header(zps_message_t *msg, const void *data, size_t len)
+{
+    Zps__Header *pb = zps__header__unpack(NULL, len, data);
+    if (!pb)
+        return ZPS_EPROTO;
+    header_from_pb(&msg->hdr, pb);
+    if (pb->json && pb->json[0]) {
+        msg->json = strdup(pb->json);
+        msg->hdr.json = msg->json;
+    }
+    zps__header__free_unpacked(pb, NULL);
+    return 0;
+}
+
+static int judge(zps_message_t *msg, bool verify);
+
+/* Receives a routing id frame into msg->peer, then the next frame into
+ * `frame` with what ZeroMQ says of its connection (descriptor, User-Id). */
+static int recv_routed(void *sock, zps_message_t *msg, zmq_msg_t *frame)
+{
+    size_t n = zmq_msg_size(frame);
+    msg->bytes += n;
+    msg->has_peer = true;
+    msg->peer.len = n < ZPS_PEER_ID_MAX ? n : ZPS_PEER_ID_MAX;
+    memcpy(msg->peer.id, zmq_msg_data(frame), msg->peer.len);
+    zmq_msg_close(frame);
+    if (!has_more(sock))
+        return ZPS_EFRAMES;
+    zmq_msg_init(frame);
+    if (zmq_msg_recv(frame, sock, 0) < 0) {
+        zmq_msg_close(frame);
+        return ZPS_ESOCKET;
+    }
+    int fd = zmq_msg_get(frame, ZMQ_SRCFD);
+    msg->peer.fd = fd >= 0 ? fd : -1;
+    /* Set by ZeroMQ from the ZAP handler's reply, never by the peer. */
+    const char *user = zmq_msg_gets(frame, "User-Id");
+    if (user && strlen(user) < sizeof(msg->peer.user))
+        memcpy(msg->peer.user, user, strlen(user) + 1);
+    return 0;
+}
+
 /* zps_wire_recv and zps_wire_recv_deferred: `verify` says whether the
  * payload's checksum is checked here. */
 static int recv_message(void *sock, int flags, bool router, bool verify, zps_message_t *msg)
@@ -169,41 +213,19 @@ static int recv_message(void *sock, int flags, bool router, bool verify, zps_mes
 
     if (router) {
         /* The routing id: added by the ROUTER, never on the wire. */
-        size_t n = zmq_msg_size(&frame);
-        msg->bytes += n;
-        msg->has_peer = true;
-        msg->peer.len = n < ZPS_PEER_ID_MAX ? n : ZPS_PEER_ID_MAX;
-        memcpy(msg->peer.id, zmq_msg_data(&frame), msg->peer.len);
-        zmq_msg_close(&frame);
-        if (!has_more(sock))
-            return ZPS_EFRAMES;
-        zmq_msg_init(&frame);
-        if (zmq_msg_recv(&frame, sock, 0) < 0) {
-            zmq_msg_close(&frame);
-            return ZPS_ESOCKET;
-        }
-        int fd = zmq_msg_get(&frame, ZMQ_SRCFD);
-        msg->peer.fd = fd >= 0 ? fd : -1;
-        /* Set by ZeroMQ from the ZAP handler's reply, never by the peer. */
-        const char *user = zmq_msg_gets(&frame, "User-Id");
-        if (user && strlen(user) < sizeof(msg->peer.user))
-            memcpy(msg->peer.user, user, strlen(user) + 1);
+        int rc = recv_routed(sock, msg, &frame);
+        if (rc)
+            return rc;
     }
     count_frame(msg, zmq_msg_size(&frame));
 
     /* `frame` is the header. */
-    Zps__Header *pb = zps__header__unpack(NULL, zmq_msg_size(&frame), zmq_msg_data(&frame));
+    int rc = decode_header(msg, zmq_msg_data(&frame), zmq_msg_size(&frame));
     zmq_msg_close(&frame);
-    if (!pb) {
+    if (rc) {
         drain_rest(sock, msg);
-        return ZPS_EPROTO;
+        return rc;
     }
-    header_from_pb(&msg->hdr, pb);
-    if (pb->json && pb->json[0]) {
-        msg->json = strdup(pb->json);
-        msg->hdr.json = msg->json;
-    }
-    zps__header__free_unpacked(pb, NULL);
 
     if (has_more(sock)) {
         zmq_msg_init(&msg->payload);
@@ -220,8 +242,12 @@ static int recv_message(void *sock, int flags, bool router, bool verify, zps_mes
     }
     if (drain_rest(sock, msg) > 0)
         return ZPS_EFRAMES;
+    return judge(msg, verify);
+}
 
-    /* The message is consumed whole; now judge it, most basic fault first. */
+/* Judges a message consumed whole, most basic fault first. */
+static int judge(zps_message_t *msg, bool verify)
+{
     if (msg->hdr.version != ZPS_PROTOCOL_VERSION)
         return ZPS_EVERSION;
     if (msg->hdr.type == ZPS_MSG_NONE || msg->hdr.type > ZPS_MSG_TYPE_MAX)
@@ -441,4 +467,203 @@ ZPS_CLONES_AVX512 bool zps_all_finite(const float *v, size_t count, size_t *firs
         }
     }
     return false;
+}
+
+/* ---- sealed messages ---- */
+
+int zps_wire_recv_sealed(void *sock, int flags, bool router, bool verify,
+                         zps_wire_seal_find_fn *find, void *arg, zps_message_t *msg)
+{
+    memset(msg, 0, sizeof(*msg));
+    zps_header_init(&msg->hdr, ZPS_MSG_NONE);
+    msg->hdr.version = 0;
+    msg->peer.fd = -1;
+
+    zmq_msg_t frame;
+    zmq_msg_init(&frame);
+    if (zmq_msg_recv(&frame, sock, flags) < 0) {
+        int e = zmq_errno();
+        zmq_msg_close(&frame);
+        return e == EAGAIN ? ZPS_EAGAIN : ZPS_ESOCKET;
+    }
+    if (router) {
+        int rc = recv_routed(sock, msg, &frame);
+        if (rc)
+            return rc;
+    }
+    count_frame(msg, zmq_msg_size(&frame));
+    if (!router && zmq_msg_size(&frame) == ZPS_SEAL_UNKNOWN_BYTES &&
+        memcmp(zmq_msg_data(&frame), ZPS_SEAL_UNKNOWN, 4) == 0) {
+        /* The server's notice that it knows no session of this id. */
+        msg->seal_unknown = true;
+        memcpy(msg->seal_id, (char *)zmq_msg_data(&frame) + 4, ZPS_SEAL_ID_BYTES);
+        zmq_msg_close(&frame);
+        drain_rest(sock, msg);
+        return ZPS_ESEAL;
+    }
+
+    /* `frame` is the seal frame: the session is found before any other
+     * frame is read, and nothing is decoded before every tag verifies. */
+    unsigned char seal_frame[ZPS_SEAL_FRAME_BYTES];
+    uint64_t counter;
+    unsigned frames;
+    size_t chunks;
+    int parsed = zps_seal_frame_parse(zmq_msg_data(&frame), zmq_msg_size(&frame), msg->seal_id,
+                                      &counter, &frames, &chunks);
+    if (parsed == 0)
+        memcpy(seal_frame, zmq_msg_data(&frame), sizeof(seal_frame));
+    zmq_msg_close(&frame);
+    struct zps_seal *seal = parsed == 0 ? find(arg, msg->seal_id, &msg->peer) : NULL;
+    if (!seal) {
+        msg->seal_unknown = parsed == 0;
+        drain_rest(sock, msg);
+        return ZPS_ESEAL;
+    }
+
+    zmq_msg_t head, tags;
+    zmq_msg_init(&head);
+    zmq_msg_init(&tags);
+    if (!has_more(sock) || zmq_msg_recv(&head, sock, 0) < 0) {
+        zmq_msg_close(&head);
+        zmq_msg_close(&tags);
+        drain_rest(sock, msg);
+        return ZPS_ESEAL;
+    }
+    count_frame(msg, zmq_msg_size(&head));
+    bool have_tags = false;
+    if (has_more(sock)) {
+        zmq_msg_init(&msg->payload);
+        if (zmq_msg_recv(&msg->payload, sock, 0) < 0) {
+            zmq_msg_close(&msg->payload);
+            zmq_msg_close(&head);
+            zmq_msg_close(&tags);
+            return ZPS_ESOCKET;
+        }
+        msg->has_payload = true;
+        count_frame(msg, zmq_msg_size(&msg->payload));
+        if (has_more(sock)) {
+            if (zmq_msg_recv(&tags, sock, 0) < 0) {
+                zmq_msg_close(&head);
+                zmq_msg_close(&tags);
+                return ZPS_ESOCKET;
+            }
+            have_tags = true;
+            count_frame(msg, zmq_msg_size(&tags));
+        }
+    }
+    int rc = 0;
+    if (drain_rest(sock, msg) > 0 || frames != (msg->has_payload ? 3u : 2u) ||
+        msg->has_payload != have_tags)
+        rc = ZPS_ESEAL;
+    else if (msg->has_payload && realign(&msg->payload) != 0)
+        rc = ZPS_ENOMEM;
+    if (rc == 0)
+        rc = zps_seal_open(seal, seal_frame, zmq_msg_data(&head), zmq_msg_size(&head),
+                           msg->has_payload, msg->has_payload ? zmq_msg_data(&msg->payload) : NULL,
+                           msg->has_payload ? zmq_msg_size(&msg->payload) : 0, zmq_msg_data(&tags),
+                           zmq_msg_size(&tags));
+    zmq_msg_close(&tags);
+    if (rc == 0)
+        rc = decode_header(msg, zmq_msg_data(&head), zmq_msg_size(&head));
+    zmq_msg_close(&head);
+    (void)chunks; /* checked against the payload by zps_seal_open */
+    return rc ? rc : judge(msg, verify);
+}
+
+/* Sends [peer] seal frame, header, [payload, tags], sealing the header and
+ * encrypting `src` (payload_len bytes, when hdr wants a payload) into a
+ * message of its own. */
+static int send_sealed(void *sock, const zps_peer_t *peer, const zps_header_t *hdr, const void *src,
+                       size_t payload_len, struct zps_seal *seal, int flags)
+{
+    if (hdr->type > ZPS_MSG_TYPE_MAX)
+        return ZPS_EINVAL;
+    bool more = zps_wire_wants_payload(hdr);
+    Zps__Header pb = ZPS__HEADER__INIT;
+    header_to_pb(&pb, hdr);
+    size_t chunks = zps_seal_chunks(more, payload_len);
+    if (chunks > ZPS_SEAL_MAX_CHUNKS)
+        return ZPS_EINVAL;
+    zmq_msg_t head, body, tags, sf;
+    size_t n = zps__header__get_packed_size(&pb);
+    if (zmq_msg_init_size(&head, n) != 0)
+        return ZPS_ENOMEM;
+    zps__header__pack(&pb, zmq_msg_data(&head));
+    if (zmq_msg_init_size(&body, more ? payload_len : 0) != 0) {
+        zmq_msg_close(&head);
+        return ZPS_ENOMEM;
+    }
+    if (zmq_msg_init_size(&tags, chunks * ZPS_SEAL_TAG_BYTES) != 0) {
+        zmq_msg_close(&head);
+        zmq_msg_close(&body);
+        return ZPS_ENOMEM;
+    }
+    if (zmq_msg_init_size(&sf, ZPS_SEAL_FRAME_BYTES) != 0) {
+        zmq_msg_close(&head);
+        zmq_msg_close(&body);
+        zmq_msg_close(&tags);
+        return ZPS_ENOMEM;
+    }
+    zps_seal_message(seal, zmq_msg_data(&sf), zmq_msg_data(&head), n, more, zmq_msg_data(&body),
+                     src, more ? payload_len : 0, zmq_msg_data(&tags));
+    int rc = 0;
+    if (peer) {
+        zmq_msg_t m;
+        if (zmq_msg_init_size(&m, peer->len) != 0) {
+            rc = ZPS_ENOMEM;
+        } else {
+            memcpy(zmq_msg_data(&m), peer->id, peer->len);
+            rc = send_frame(sock, &m, flags | ZMQ_SNDMORE);
+            /* Once the first frame is in, the rest cannot block. */
+            flags &= ~ZMQ_DONTWAIT;
+        }
+    }
+    if (rc == 0)
+        rc = send_frame(sock, &sf, flags | ZMQ_SNDMORE);
+    else
+        zmq_msg_close(&sf);
+    if (rc == 0)
+        rc = send_frame(sock, &head, (flags & ~ZMQ_DONTWAIT) | (more ? ZMQ_SNDMORE : 0));
+    else
+        zmq_msg_close(&head);
+    if (rc == 0 && more)
+        rc = send_frame(sock, &body, (flags & ~ZMQ_DONTWAIT) | ZMQ_SNDMORE);
+    else
+        zmq_msg_close(&body);
+    if (rc == 0 && more)
+        rc = send_frame(sock, &tags, flags & ~ZMQ_DONTWAIT);
+    else
+        zmq_msg_close(&tags);
+    return rc;
+}
+
+int zps_wire_send_sealed(void *sock, const zps_peer_t *peer, zps_header_t *hdr,
+                         const float *payload, size_t count, bool summed, struct zps_seal *seal,
+                         int flags)
+{
+    size_t bytes = 0;
+    if (zps_wire_wants_payload(hdr)) {
+        bytes = count * sizeof(float);
+        hdr->length = count;
+        if (!summed)
+            hdr->checksum = zps_crc32c(0, payload, bytes);
+    } else {
+        hdr->checksum = 0;
+    }
+    return send_sealed(sock, peer, hdr, payload, bytes, seal, flags);
+}
+
+int zps_wire_send_msg_sealed(void *sock, const zps_peer_t *peer, zps_header_t *hdr,
+                             zmq_msg_t *payload, struct zps_seal *seal, int flags)
+{
+    size_t bytes = 0;
+    if (zps_wire_wants_payload(hdr)) {
+        bytes = zmq_msg_size(payload);
+        hdr->length = bytes / sizeof(float);
+    } else {
+        hdr->checksum = 0;
+    }
+    int rc = send_sealed(sock, peer, hdr, zmq_msg_data(payload), bytes, seal, flags);
+    zmq_msg_close(payload);
+    return rc;
 }

@@ -37,8 +37,9 @@ enum zps_msg_type {
     ZPS_MSG_HEARTBEAT = 5,
     ZPS_MSG_CHECKPOINT = 6,
     ZPS_MSG_RELOAD_KEYS = 7,
+    ZPS_MSG_SESSION = 8, /* over CURVE only: a sealed session (common/seal.h) */
 };
-#define ZPS_MSG_TYPE_MAX ZPS_MSG_RELOAD_KEYS
+#define ZPS_MSG_TYPE_MAX ZPS_MSG_SESSION
 
 /* Header flag bits. */
 enum {
@@ -94,6 +95,9 @@ typedef struct zps_peer {
      * server's ZAP handler gave it; docs/security.md), or "" when the
      * connection was not authenticated. */
     char user[41];
+    /* The server's number for the sealed session the message came in
+     * (server/sessions.h), or 0: it came over the CURVE or plain socket. */
+    uint64_t session;
 } zps_peer_t;
 
 /* One received message. */
@@ -116,6 +120,10 @@ typedef struct zps_message {
     /* Also when scanned: the largest |value| of the payload (INFINITY when
      * one is not finite), for the optimizer's bounds (optimizer.h). */
     float abs_max;
+    /* zps_wire_recv_sealed's ZPS_ESEAL: the seal frame named a session the
+     * finder did not know (rather than a bad tag or a replay), and its id. */
+    bool seal_unknown;
+    unsigned char seal_id[16];
 } zps_message_t;
 
 /* Fills `hdr` with zeros and the current protocol version. */
@@ -202,6 +210,45 @@ int zps_wire_send_summed(void *sock, const zps_peer_t *peer, zps_header_t *hdr,
  */
 int zps_wire_send_msg(void *sock, const zps_peer_t *peer, zps_header_t *hdr, zmq_msg_t *payload,
                       int flags);
+
+/* ---- sealed messages (seal.h) ---- */
+
+struct zps_seal;
+
+/*
+ * Finds the session whose 16-byte id a sealed message names, or returns
+ * NULL. It may fill in `peer` (the key the session was granted to, the
+ * session's number) for the request's authorization.
+ */
+typedef struct zps_seal *zps_wire_seal_find_fn(void *arg, const unsigned char *id,
+                                               zps_peer_t *peer);
+
+/*
+ * As zps_wire_recv (or zps_wire_recv_deferred when !verify), for a socket
+ * whose messages are sealed: [routing id] seal frame, header, payload. The
+ * message is opened with the session `find` returns before anything in it
+ * is decoded. A seal frame that is not one, an unknown session
+ * (msg->seal_unknown), a tag that does not verify or a counter already
+ * seen: ZPS_ESEAL, the message consumed whole, nothing of it decoded.
+ */
+int zps_wire_recv_sealed(void *sock, int flags, bool router, bool verify,
+                         zps_wire_seal_find_fn *find, void *arg, zps_message_t *msg);
+
+/*
+ * As zps_wire_send_summed (summed true) or zps_wire_send, sealed with the
+ * session's next counter. The payload is encrypted into a message of its
+ * own: the caller's buffer is free when the call returns.
+ */
+int zps_wire_send_sealed(void *sock, const zps_peer_t *peer, zps_header_t *hdr,
+                         const float *payload, size_t count, bool summed, struct zps_seal *seal,
+                         int flags);
+
+/*
+ * As zps_wire_send_msg, sealed: the payload message (possibly shared with
+ * other replies) is read, encrypted into a new one, and closed.
+ */
+int zps_wire_send_msg_sealed(void *sock, const zps_peer_t *peer, zps_header_t *hdr,
+                             zmq_msg_t *payload, struct zps_seal *seal, int flags);
 
 /* True when all `count` values are finite; *first_bad gets the index of the first that is not. */
 bool zps_all_finite(const float *v, size_t count, size_t *first_bad);
