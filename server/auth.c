@@ -188,6 +188,7 @@ bool zps_auth_access(const zps_header_t *hdr, zps_access_t *what, long *worker)
         *what = hdr->worker < 0 ? ZPS_ACCESS_PULL_OBSERVER : ZPS_ACCESS_PULL_WORKER;
         return true;
     case ZPS_MSG_STATS:
+    case ZPS_MSG_SESSION: /* any listed key; its requests are each authorized */
         *what = ZPS_ACCESS_STATS;
         return true;
     case ZPS_MSG_HEARTBEAT:

@@ -28,6 +28,7 @@
 #include "metrics_http.h"
 #include "reply_cache.h"
 #include "server.h"
+#include "sessions.h"
 #include "stats.h"
 #include "store.h"
 
@@ -63,6 +64,15 @@ typedef struct zps_daemon {
     zps_metrics_http_t *metrics; /* --metrics-listen's endpoint, or NULL */
     uv_timer_t publish;          /* publishes the metrics' text once a second */
     zps_auth_t auth;             /* the ZAP handler and the authorized keys (auth.h) */
+
+    /* Sealed sessions (sessions.h): a plain ROUTER whose messages are
+     * sealed, or NULL when the server grants none. */
+    void *seal_sock;
+    char seal_endpoint[256];
+    uint16_t seal_port_bound;
+    zps_conns_t seal_conns;
+    zps_sessions_t sessions;
+    uv_poll_t seal_poll, seal_conns_poll;
 
     /* The shard: its parameters, and the rules that say when they change. */
     zps_store_t store;

@@ -4,6 +4,7 @@
 #include "handlers.h"
 
 #include <math.h>
+#include <sodium.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include "ckpt_queue.h"
 #include "daemon.h"
 #include "error.h"
+#include "json.h"
 #include "log.h"
 #include "timeutil.h"
 
@@ -544,6 +546,45 @@ void zps_handle_reload_keys(zps_daemon_t *d, zps_request_t *r)
     zps_reply_header(d, r, &h);
     h.json = json;
     zps_reply_send(d, r, &h);
+}
+
+void zps_handle_session(zps_daemon_t *d, zps_request_t *r)
+{
+    if (!d->seal_sock) {
+        zps_reply_error(d, r, ZPS_EMODE,
+                        "this server grants no sealed sessions (they need --key on a tcp:// "
+                        "address, without --no-seal)");
+        return;
+    }
+    if (r->peer->session || !r->peer->user[0]) {
+        zps_reply_error(d, r, ZPS_EMODE, "a session is asked for over a CURVE connection");
+        return;
+    }
+    /* AES-256-GCM when both ends have AES-NI; the client says whether it does. */
+    bool peer_aes = false;
+    zps_json_t *req = NULL;
+    if (r->hdr->json && zps_json_parse(r->hdr->json, &req, NULL, 0) == 0)
+        peer_aes = zps_json_true(zps_json_get(req, "aes"));
+    zps_json_free(req);
+    zps_session_t *x = zps_sessions_grant(&d->sessions, r->peer->fd, r->peer->user,
+                                          zps_seal_cipher_choose(peer_aes));
+    if (!x) {
+        zps_reply_error(d, r, ZPS_ENOMEM, "out of memory");
+        return;
+    }
+    char id[2 * ZPS_SEAL_ID_BYTES + 1], key[2 * ZPS_SEAL_KEY_BYTES + 1], json[256];
+    zps_seal_hex(x->seal.id, ZPS_SEAL_ID_BYTES, id);
+    zps_seal_hex(x->seal.key, ZPS_SEAL_KEY_BYTES, key);
+    snprintf(json, sizeof(json),
+             "{\"session\":\"%s\",\"key\":\"%s\",\"cipher\":\"%s\",\"port\":%u}", id, key,
+             zps_seal_cipher_name(x->seal.cipher), (unsigned)d->seal_port_bound);
+    zps_header_t h;
+    zps_reply_header(d, r, &h);
+    h.json = json;
+    /* Over the CURVE connection it was asked on: only that client reads it. */
+    zps_reply_send(d, r, &h);
+    sodium_memzero(key, sizeof(key));
+    sodium_memzero(json, sizeof(json));
 }
 
 void zps_handle_checkpoint(zps_daemon_t *d, zps_request_t *r)

@@ -40,6 +40,10 @@ static void usage(FILE *f)
             "                         RANKS, admin, reader); reloaded on SIGHUP\n"
             "                         Loopback needs neither; any other address needs both,\n"
             "                         or --insecure\n"
+            "  --seal-port P          with --key on tcp://: the port of the sealed socket,\n"
+            "                         where clients granted a session over CURVE send their\n"
+            "                         AEAD-sealed messages (default 0: a free port)\n"
+            "  --no-seal              grant no sealed sessions: every byte goes over CURVE\n"
             "\n"
             "Consistency:\n"
             "  --mode bsp|ssp|asp     synchronous, bounded-stale or asynchronous (default bsp)\n"
@@ -101,6 +105,8 @@ enum {
     OPT_INSECURE,
     OPT_KEY,
     OPT_AUTHORIZED_KEYS,
+    OPT_SEAL_PORT,
+    OPT_NO_SEAL,
     OPT_MODE,
     OPT_STALENESS,
     OPT_BACKUP,
@@ -128,6 +134,8 @@ static const struct option options[] = {
     {"insecure", no_argument, NULL, OPT_INSECURE},
     {"key", required_argument, NULL, OPT_KEY},
     {"authorized-keys", required_argument, NULL, OPT_AUTHORIZED_KEYS},
+    {"seal-port", required_argument, NULL, OPT_SEAL_PORT},
+    {"no-seal", no_argument, NULL, OPT_NO_SEAL},
     {"mode", required_argument, NULL, OPT_MODE},
     {"staleness", required_argument, NULL, OPT_STALENESS},
     {"backup-workers", required_argument, NULL, OPT_BACKUP},
@@ -211,6 +219,14 @@ int main(int argc, char **argv)
             break;
         case OPT_AUTHORIZED_KEYS:
             cfg.authorized_keys = a;
+            break;
+        case OPT_SEAL_PORT:
+            if (zps_parse_long(a, 0, 65535, &l))
+                return bad_flag("--seal-port", a, "a port number in [0, 65535]");
+            cfg.seal_port = (uint16_t)l;
+            break;
+        case OPT_NO_SEAL:
+            cfg.no_seal = true;
             break;
         case OPT_MODE:
             if (zps_mode_parse(a, &cfg.consistency.mode))

@@ -30,6 +30,18 @@ void zps_reply_send(zps_daemon_t *d, const zps_request_t *r, zps_header_t *h)
     h->reply = true;
     h->version = ZPS_PROTOCOL_VERSION;
     int rc;
+    /* A request that came sealed is answered sealed, on the socket it came
+     * on; a session that has ended since (its CURVE connection closed) gets
+     * nothing: its client opens a new one and asks again. */
+    zps_session_t *session = NULL;
+    if (r->peer->session) {
+        session = zps_sessions_by_number(&d->sessions, r->peer->session);
+        if (!session) {
+            d->count.replies_dropped++;
+            return;
+        }
+        session->used_ns = zps_now_ns();
+    }
     if (zps_wire_wants_payload(h)) {
         /* Observers have a cache of their own: replies they leave unread
          * cannot hold the copies the workers' pulls need. */
@@ -49,7 +61,12 @@ void zps_reply_send(zps_daemon_t *d, const zps_request_t *r, zps_header_t *h)
             return;
         }
         d->count.bytes_out += zmq_msg_size(&m);
-        rc = zps_wire_send_msg(d->sock, r->peer, h, &m, ZMQ_DONTWAIT);
+        rc = session ? zps_wire_send_msg_sealed(d->seal_sock, r->peer, h, &m, &session->seal,
+                                                ZMQ_DONTWAIT)
+                     : zps_wire_send_msg(d->sock, r->peer, h, &m, ZMQ_DONTWAIT);
+    } else if (session) {
+        rc = zps_wire_send_sealed(d->seal_sock, r->peer, h, NULL, 0, false, &session->seal,
+                                  ZMQ_DONTWAIT);
     } else {
         rc = zps_wire_send(d->sock, r->peer, h, NULL, 0, NULL, NULL, ZMQ_DONTWAIT);
     }

@@ -36,6 +36,7 @@
 #include "log.h"
 #include "reply.h"
 #include "resume.h"
+#include "seal.h"
 #include "timeutil.h"
 #include "wire.h"
 
@@ -221,6 +222,9 @@ static void handle(zps_daemon_t *d, zps_message_t *m, int rc)
     case ZPS_MSG_RELOAD_KEYS:
         zps_handle_reload_keys(d, &r);
         break;
+    case ZPS_MSG_SESSION:
+        zps_handle_session(d, &r);
+        break;
     default:
         zps_reply_error(d, &r, ZPS_EMODE, "message type %u is not served by this server",
                         m->hdr.type);
@@ -238,32 +242,104 @@ static void connection_gone(void *arg, int fd)
     zps_handlers_cancel_connection(arg, fd);
 }
 
-/* Handles what the socket holds, up to a budget; see the file comment. */
+/* A CURVE connection has closed: its sealed session ends with it. */
+static void curve_connection_gone(void *arg, int fd)
+{
+    zps_daemon_t *d = arg;
+    zps_sessions_end_fd(&d->sessions, fd);
+    zps_handlers_cancel_connection(d, fd);
+}
+
+/* The session a sealed message names (zps_wire_seal_find_fn). */
+static struct zps_seal *find_session(void *arg, const unsigned char *id, zps_peer_t *peer)
+{
+    zps_daemon_t *d = arg;
+    zps_session_t *x = zps_sessions_by_id(&d->sessions, id);
+    if (!x)
+        return NULL;
+    x->used_ns = zps_now_ns();
+    memcpy(peer->user, x->user, sizeof(peer->user));
+    peer->session = x->number;
+    return &x->seal;
+}
+
+/*
+ * A sealed message that could not be opened gets no reply, for nothing in
+ * it can be trusted; only a session the server does not know (it ended with
+ * its CURVE connection, or the server restarted) is told so, in the clear
+ * (ZPS_SEAL_UNKNOWN, the id): the worst a forged notice can do is make a
+ * client ask for a new session.
+ */
+static void refuse_sealed(zps_daemon_t *d, zps_message_t *m)
+{
+    d->sessions.refused++;
+    if (m->seal_unknown && m->has_peer) {
+        zmq_msg_t f;
+        if (zmq_msg_init_size(&f, m->peer.len) == 0) {
+            memcpy(zmq_msg_data(&f), m->peer.id, m->peer.len);
+            if (zmq_msg_send(&f, d->seal_sock, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
+                zmq_msg_close(&f);
+            } else if (zmq_msg_init_size(&f, 4 + ZPS_SEAL_ID_BYTES) == 0) {
+                memcpy(zmq_msg_data(&f), ZPS_SEAL_UNKNOWN, 4);
+                memcpy((char *)zmq_msg_data(&f) + 4, m->seal_id, ZPS_SEAL_ID_BYTES);
+                if (zmq_msg_send(&f, d->seal_sock, 0) < 0)
+                    zmq_msg_close(&f);
+            }
+        }
+    }
+    if (d->sessions.refused <= 10 || d->sessions.refused % 1000 == 0)
+        zps_warn("sealed message from %s refused (%llu so far): %s",
+                 m->peer.fd >= 0 ? "a connection" : "a peer",
+                 (unsigned long long)d->sessions.refused,
+                 m->seal_unknown ? "unknown session" : "not a seal, a bad tag or a replay");
+}
+
+/* Reads up to `budget` messages of one socket; false when it has none left. */
+static bool drain_socket(zps_daemon_t *d, bool sealed, int budget)
+{
+    void *sock = sealed ? d->seal_sock : d->sock;
+    zps_conns_t *conns = sealed ? &d->seal_conns : &d->conns;
+    for (int i = 0; i < budget && !d->stopping; i++) {
+        zps_message_t m;
+        int rc = sealed ? zps_wire_recv_sealed(sock, ZMQ_DONTWAIT, true, true, find_session, d, &m)
+                        : zps_wire_recv(sock, ZMQ_DONTWAIT, true, &m);
+        if (rc == ZPS_EAGAIN)
+            return false;
+        if (rc == ZPS_ESOCKET) {
+            zps_error("receive failed: %s", zmq_strerror(zmq_errno()));
+            return false;
+        }
+        zps_conns_took(conns, m.peer.fd, m.wire_bytes);
+        if (rc == ZPS_ESEAL) {
+            refuse_sealed(d, &m);
+            d->count.msgs_in++;
+            d->count.bytes_in += m.bytes;
+        } else {
+            d->sessions.opened += sealed;
+            handle(d, &m, rc);
+        }
+        zps_message_close(&m);
+    }
+    return true;
+}
+
+/* Handles what the sockets hold, up to a budget; see the file comment. */
 void zps_daemon_drain(zps_daemon_t *d)
 {
     /* Connections first: a message read after its connection's events is
      * then never counted against a closed connection that had its descriptor. */
-    zps_conns_events(&d->conns, connection_gone, d);
-    for (int i = 0; i < DRAIN_BUDGET && !d->stopping; i++) {
-        zps_message_t m;
-        int rc = zps_wire_recv(d->sock, ZMQ_DONTWAIT, true, &m);
-        if (rc == ZPS_EAGAIN) {
-            uv_idle_stop(&d->idle);
-            return;
-        }
-        if (rc == ZPS_ESOCKET) {
-            zps_error("receive failed: %s", zmq_strerror(zmq_errno()));
-            uv_idle_stop(&d->idle);
-            return;
-        }
-        zps_conns_took(&d->conns, m.peer.fd, m.wire_bytes);
-        handle(d, &m, rc);
-        zps_message_close(&m);
-    }
+    zps_conns_events(&d->conns, curve_connection_gone, d);
+    if (d->seal_sock)
+        zps_conns_events(&d->seal_conns, connection_gone, d);
+    bool more = drain_socket(d, false, DRAIN_BUDGET);
+    if (d->seal_sock && drain_socket(d, true, DRAIN_BUDGET))
+        more = true;
     /* More may be waiting, and the edge-triggered fd will not say so again:
      * come back on the next loop iteration, after timers and signals. */
-    if (!d->stopping)
+    if (more && !d->stopping)
         uv_idle_start(&d->idle, on_idle);
+    else
+        uv_idle_stop(&d->idle);
 }
 
 static void on_idle(uv_idle_t *h)
@@ -302,19 +378,24 @@ static void on_conns(uv_poll_t *h, int status, int events)
     (void)status;
     (void)events;
     zps_daemon_t *d = h->data;
-    zps_conns_events(&d->conns, connection_gone, d);
+    if (h == &d->seal_conns_poll)
+        zps_conns_events(&d->seal_conns, connection_gone, d);
+    else
+        zps_conns_events(&d->conns, curve_connection_gone, d);
 }
 
 /* Unread bytes and memory (conns.h), judged after reading what has arrived. */
 static void on_watch(uv_timer_t *t)
 {
     zps_daemon_t *d = t->data;
-    if (d->conns.open == 0)
+    if (d->conns.open == 0 && d->seal_conns.open == 0)
         return;
     zps_daemon_drain(d);
     if (d->stopping || uv_is_active((uv_handle_t *)&d->idle))
         return;
     zps_conns_watch(&d->conns);
+    if (d->seal_sock)
+        zps_conns_watch(&d->seal_conns);
 }
 
 void zps_daemon_model_known(zps_daemon_t *d)
@@ -335,6 +416,8 @@ void zps_daemon_model_known(zps_daemon_t *d)
     if (max_message > cfg->max_message_bytes)
         max_message = cfg->max_message_bytes;
     zps_conns_set_limits(&d->conns, max_message, p * copies);
+    if (d->seal_sock)
+        zps_conns_set_limits(&d->seal_conns, max_message, p * copies);
 }
 
 /* Hands the endpoint's thread the shard's metrics as they are now. */
@@ -370,6 +453,12 @@ static void stop(zps_daemon_t *d, const char *why)
     uv_close((uv_handle_t *)&d->liveness, on_close);
     uv_poll_stop(&d->conns_poll);
     uv_close((uv_handle_t *)&d->conns_poll, on_close);
+    if (d->seal_sock) {
+        uv_poll_stop(&d->seal_poll);
+        uv_close((uv_handle_t *)&d->seal_poll, on_close);
+        uv_poll_stop(&d->seal_conns_poll);
+        uv_close((uv_handle_t *)&d->seal_conns_poll, on_close);
+    }
     uv_close((uv_handle_t *)&d->watch, on_close);
     if (d->metrics)
         uv_close((uv_handle_t *)&d->publish, on_close);
@@ -424,6 +513,68 @@ static int bind_address(const char *listen, char *out, size_t size)
     else
         n = snprintf(out, size, "%s", listen);
     return n < 0 || (size_t)n >= size ? ZPS_EINVAL : 0;
+}
+
+/*
+ * The sealed socket (sessions.h): a plain ROUTER on the CURVE socket's
+ * address, at --seal-port or a port the system picks, with the same limits.
+ * Anyone may connect to it; nothing it carries is opened without a session
+ * granted over CURVE.
+ */
+static int open_seal_socket(zps_daemon_t *d, const char *where, uint32_t max, uint32_t per_host)
+{
+    const zps_server_config_t *cfg = d->cfg;
+    if (zps_seal_library_init() != 0) {
+        zps_error("libsodium cannot start: no sealed sessions");
+        return ZPS_ESOCKET;
+    }
+    int rc = zps_sessions_open(&d->sessions, max);
+    if (rc)
+        return rc;
+    char addr[sizeof(d->seal_endpoint)];
+    const char *colon = strrchr(where, ':');
+    int n = colon ? snprintf(addr, sizeof(addr), "%.*s:", (int)(colon - where), where) : -1;
+    if (n < 0 || (size_t)n >= sizeof(addr) - 8) {
+        zps_error("cannot derive the sealed socket's address from %s", where);
+        return ZPS_EINVAL;
+    }
+    if (cfg->seal_port)
+        snprintf(addr + n, sizeof(addr) - (size_t)n, "%u", (unsigned)cfg->seal_port);
+    else
+        snprintf(addr + n, sizeof(addr) - (size_t)n, "*");
+    d->seal_sock = zmq_socket(d->ctx, ZMQ_ROUTER);
+    if (!d->seal_sock)
+        return ZPS_ESOCKET;
+    int one = 1, linger = 1000, hwm = ZPS_MAX_QUEUED_REPLIES;
+    int64_t maxmsg = (int64_t)cfg->max_message_bytes;
+    zmq_setsockopt(d->seal_sock, ZMQ_ROUTER_MANDATORY, &one, sizeof(one));
+    zmq_setsockopt(d->seal_sock, ZMQ_SNDHWM, &hwm, sizeof(hwm));
+    zmq_setsockopt(d->seal_sock, ZMQ_LINGER, &linger, sizeof(linger));
+    zmq_setsockopt(d->seal_sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg));
+    if (strncmp(addr, "tcp://[", 7) == 0)
+        zmq_setsockopt(d->seal_sock, ZMQ_IPV6, &one, sizeof(one));
+    rc = zps_conns_open(&d->seal_conns, d->ctx, d->seal_sock, max, per_host);
+    if (rc) {
+        zps_error("cannot follow the sealed socket's connections: %s", zmq_strerror(zmq_errno()));
+        return rc;
+    }
+    zps_conns_set_limits(&d->seal_conns, cfg->max_message_bytes, 0);
+    if (zmq_bind(d->seal_sock, addr) != 0) {
+        zps_error("cannot listen for sealed sessions on %s: %s (--seal-port, or --no-seal)", addr,
+                  zmq_strerror(zmq_errno()));
+        return ZPS_ESOCKET;
+    }
+    size_t len = sizeof(d->seal_endpoint);
+    if (zmq_getsockopt(d->seal_sock, ZMQ_LAST_ENDPOINT, d->seal_endpoint, &len) != 0)
+        snprintf(d->seal_endpoint, sizeof(d->seal_endpoint), "%s", addr);
+    const char *port = strrchr(d->seal_endpoint, ':');
+    long p = port ? strtol(port + 1, NULL, 10) : 0;
+    if (p <= 0 || p > 65535) {
+        zps_error("cannot tell the sealed socket's port from %s", d->seal_endpoint);
+        return ZPS_ESOCKET;
+    }
+    d->seal_port_bound = (uint16_t)p;
+    return 0;
 }
 
 static int open_socket(zps_daemon_t *d)
@@ -489,6 +640,8 @@ static int open_socket(zps_daemon_t *d)
     size_t len = sizeof(d->endpoint);
     if (zmq_getsockopt(d->sock, ZMQ_LAST_ENDPOINT, d->endpoint, &len) != 0)
         snprintf(d->endpoint, sizeof(d->endpoint), "%s", cfg->listen);
+    if (cfg->curve_key && !cfg->no_seal && strncmp(where, "tcp://", 6) == 0)
+        return open_seal_socket(d, where, max, per_host);
     return 0;
 }
 
@@ -515,10 +668,16 @@ static void release(zps_daemon_t *d)
     zps_store_fini(&d->store);
     if (d->sock && d->conns.monitor)
         zmq_socket_monitor(d->sock, NULL, 0);
+    if (d->seal_sock && d->seal_conns.monitor)
+        zmq_socket_monitor(d->seal_sock, NULL, 0);
     zps_auth_close(&d->auth);
     zps_conns_close(&d->conns);
+    zps_conns_close(&d->seal_conns);
+    zps_sessions_close(&d->sessions);
     if (d->sock)
         zmq_close(d->sock);
+    if (d->seal_sock)
+        zmq_close(d->seal_sock);
     if (d->ctx)
         zmq_ctx_term(d->ctx);
     /* After zmq_ctx_term ZeroMQ holds no message: every buffer is ours again. */
@@ -607,6 +766,16 @@ int zps_server_run(const zps_server_config_t *cfg, bool *unsaved)
     uv_timer_init(&d.loop, &d.watch);
     d.conns_poll.data = d.watch.data = &d;
     uv_poll_start(&d.conns_poll, UV_READABLE, on_conns);
+    if (d.seal_sock) {
+        int sfd;
+        size_t sfdlen = sizeof(sfd);
+        zmq_getsockopt(d.seal_sock, ZMQ_FD, &sfd, &sfdlen);
+        uv_poll_init(&d.loop, &d.seal_poll, sfd);
+        uv_poll_init(&d.loop, &d.seal_conns_poll, zps_conns_fd(&d.seal_conns));
+        d.seal_poll.data = d.seal_conns_poll.data = &d;
+        uv_poll_start(&d.seal_poll, UV_READABLE, on_poll);
+        uv_poll_start(&d.seal_conns_poll, UV_READABLE, on_conns);
+    }
     uv_timer_start(&d.watch, on_watch, ZPS_CONNS_WATCH_MS, ZPS_CONNS_WATCH_MS);
     if (zps_consistency_initialized(d.consistency))
         zps_daemon_model_known(&d);
@@ -653,6 +822,11 @@ int zps_server_run(const zps_server_config_t *cfg, bool *unsaved)
     }
     zps_info("listening on %s: %u workers, mode %s, optimizer %s, lr %g", d.endpoint, w,
              zps_mode_name(cfg->consistency.mode), zps_opt_name(&cfg->opt), cfg->opt.lr);
+    if (d.seal_sock)
+        zps_info("sealed sessions on %s (%s)", d.seal_endpoint,
+                 zps_seal_cipher_available(ZPS_SEAL_AES256GCM)
+                     ? "AES-256-GCM with clients that have AES-NI, else XChaCha20-Poly1305"
+                     : "XChaCha20-Poly1305: this CPU has no AES-NI");
     if (cfg->endpoint_file && write_endpoint_file(cfg->endpoint_file, d.endpoint) != 0) {
         zps_error("cannot write %s: %s", cfg->endpoint_file, strerror(errno));
         stop(&d, "start-up failure");

@@ -52,6 +52,12 @@ typedef struct zps_server_config {
      * Both NULL: no authentication. */
     const zps_keypair_t *curve_key; /* borrowed for the whole run */
     const char *authorized_keys;
+    /* Sealed sessions (common/seal.h), with CURVE on a tcp:// endpoint: a
+     * second, plain socket on the same address whose messages are sealed
+     * with an AEAD under per-session keys granted over CURVE. seal_port 0
+     * lets the system pick the port (clients learn it when granted). */
+    bool no_seal;
+    uint16_t seal_port;
     const char *metrics_listen; /* HOST:PORT of the Prometheus endpoint (metrics.h); NULL: none */
     /* Limits that hold whoever the peer is (conns.h). The largest message
      * before the model is initialised; after, the shard's payload plus

@@ -114,6 +114,13 @@ char *zps_stats_json(const zps_daemon_t *d)
                       d->auth.path ? "true" : "false",
                       d->auth.keys ? zps_authkeys_count(d->auth.keys) : (size_t)0,
                       (unsigned long long)d->auth.refused, (unsigned long long)d->auth.denied);
+    zps_strbuf_printf(&b,
+                      ",\"sealed\":{\"on\":%s,\"port\":%u,\"sessions\":%zu,\"granted\":%llu,"
+                      "\"ended\":%llu,\"opened\":%llu,\"refused\":%llu,\"connections\":%u}",
+                      d->seal_sock ? "true" : "false", (unsigned)d->seal_port_bound,
+                      d->sessions.used, (unsigned long long)d->sessions.granted,
+                      (unsigned long long)d->sessions.ended, (unsigned long long)d->sessions.opened,
+                      (unsigned long long)d->sessions.refused, d->seal_conns.open);
     if (d->metrics) {
         zps_strbuf_printf(&b, ",\"metrics\":");
         zps_strbuf_json_string(&b, zps_metrics_http_address(d->metrics));
