@@ -26,6 +26,7 @@
 #include <errno.h>
 #include <netdb.h>
 #include <pthread.h>
+#include <sodium.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,14 +40,16 @@
 #include "json.h"
 #include "keys.h"
 #include "log.h"
+#include "seal.h"
 #include "shard.h"
 #include "strbuf.h"
 #include "timeutil.h"
 #include "wire.h"
 
 #define RETRY_MAX_MS 8000
-#define SEND_AGAIN_MS 50  /* a request the socket could not take is tried again after this */
-#define WAIT_LOG_FACTOR 3 /* later wait records come this many times further apart */
+#define SEND_AGAIN_MS 50     /* a request the socket could not take is tried again after this */
+#define WAIT_LOG_FACTOR 3    /* later wait records come this many times further apart */
+#define SEAL_CONNECT_MS 3000 /* a sealed socket not reached by then is given up (CURVE alone) */
 
 typedef struct conn {
     char *endpoint;
@@ -65,6 +68,19 @@ typedef struct conn {
     uint64_t fingerprint; /* configuration fingerprint of its last reply that was read (0: none) */
     bool refuses;         /* INIT: its probe said it will refuse (another shard, another N) */
 
+    /* The sealed session (common/seal.h): asked for over sock at the first
+     * send, then requests go sealed over dsock. It ends when sock's
+     * connection does (the server wipes it then) or the server says it does
+     * not know it; the next send asks again. */
+    int seal_state;           /* SEAL_* */
+    uint64_t seal_request_id; /* the SESSION request asked (SEAL_ASKED) */
+    zps_seal_t seal;          /* SEAL_ON: the session */
+    void *dsock;              /* SEAL_ON: DEALER to the server's sealed socket */
+    void *dmon;               /* dsock's monitor (its drops count in `drops`) */
+    bool seal_up;             /* dsock's handshake has succeeded */
+    uint64_t seal_since_ns;   /* when the session was granted */
+    long seal_port;           /* the sealed socket's port */
+
     /* The request of the call in progress. */
     zps_header_t req;
     const float *payload; /* slice to send, or NULL */
@@ -79,6 +95,14 @@ typedef struct conn {
                   * refused, the reply says why) */
     bool took;   /* after a push: this shard took it */
 } conn_t;
+
+enum {
+    SEAL_OFF,     /* no CURVE, not tcp://, or --no-seal: never asked */
+    SEAL_WANTED,  /* asked for at the next send */
+    SEAL_ASKED,   /* a SESSION request is out */
+    SEAL_ON,      /* granted: requests go sealed over dsock */
+    SEAL_REFUSED, /* the server grants none: CURVE alone */
+};
 
 /* The background thread that keeps a worker from being evicted while it computes. */
 typedef struct heartbeat {
@@ -159,6 +183,27 @@ __attribute__((format(printf, 2, 3))) static void set_error(zps_client_t *c, con
     va_end(ap);
 }
 
+/* A PAIR socket receiving `sock`'s monitor events, attached before it
+ * connects so no event is missed; NULL when one cannot be set up. */
+static void *attach_monitor(zps_client_t *c, conn_t *k, void *sock, int events)
+{
+    char addr[128];
+    snprintf(addr, sizeof(addr), "inproc://zps-client-monitor-%p-%zu-%u", (void *)c,
+             (size_t)(k - c->conns), k->mon_gen++);
+    if (zmq_socket_monitor(sock, addr, events) != 0)
+        return NULL;
+    void *mon = zmq_socket(c->ctx, ZMQ_PAIR);
+    if (mon && zmq_connect(mon, addr) == 0) {
+        int linger = 0;
+        zmq_setsockopt(mon, ZMQ_LINGER, &linger, sizeof(linger));
+        return mon;
+    }
+    if (mon)
+        zmq_close(mon);
+    zmq_socket_monitor(sock, NULL, 0);
+    return NULL;
+}
+
 /*
  * Attaches a monitor to k->sock before it connects, so no event is missed.
  * Without one (it could not be set up) the connection counts as up: a call
@@ -166,28 +211,15 @@ __attribute__((format(printf, 2, 3))) static void set_error(zps_client_t *c, con
  */
 static void open_monitor(zps_client_t *c, conn_t *k)
 {
-    char addr[128];
-    snprintf(addr, sizeof(addr), "inproc://zps-client-monitor-%p-%zu-%u", (void *)c,
-             (size_t)(k - c->conns), k->mon_gen++);
     k->up = false;
     k->tcp_seen = false;
     k->auth_failed = 0;
     int events = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECTED |
                  ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
                  ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
-    if (zmq_socket_monitor(k->sock, addr, events) == 0) {
-        k->mon = zmq_socket(c->ctx, ZMQ_PAIR);
-        if (k->mon && zmq_connect(k->mon, addr) == 0) {
-            int linger = 0;
-            zmq_setsockopt(k->mon, ZMQ_LINGER, &linger, sizeof(linger));
-            return;
-        }
-        if (k->mon)
-            zmq_close(k->mon);
-        k->mon = NULL;
-        zmq_socket_monitor(k->sock, NULL, 0);
-    }
-    k->up = true;
+    k->mon = attach_monitor(c, k, k->sock, events);
+    if (!k->mon)
+        k->up = true;
 }
 
 static void close_monitor(conn_t *k)
@@ -197,36 +229,89 @@ static void close_monitor(conn_t *k)
     k->mon = NULL;
 }
 
-/* Reads the monitor events that have arrived: each is an event frame
- * (16-bit event, 32-bit value) and an address frame. Never blocks. */
+/* Ends k's sealed session on this side; the next send asks for another. */
+static void seal_end(conn_t *k)
+{
+    if (k->dmon)
+        zmq_close(k->dmon);
+    k->dmon = NULL;
+    if (k->dsock)
+        zmq_close(k->dsock);
+    k->dsock = NULL;
+    zps_seal_wipe(&k->seal);
+    k->seal_up = false;
+    if (k->seal_state != SEAL_OFF && k->seal_state != SEAL_REFUSED)
+        k->seal_state = SEAL_WANTED;
+}
+
+/*
+ * A sealed socket that no connection reaches (a firewall lets the CURVE
+ * port through and not the other) must not hold requests until their
+ * deadline: after SEAL_CONNECT_MS without a handshake, CURVE carries
+ * everything, and what was sent sealed goes again.
+ */
+static void seal_check_reached(conn_t *k, uint64_t now)
+{
+    if (k->seal_state != SEAL_ON || k->seal_up ||
+        now - k->seal_since_ns < SEAL_CONNECT_MS * 1000000ull)
+        return;
+    zps_warn("%s: its sealed socket (port %ld) did not answer within %d ms: CURVE carries "
+             "everything (is the port filtered? docs/security.md)",
+             k->endpoint, k->seal_port, SEAL_CONNECT_MS);
+    seal_end(k);
+    k->seal_state = SEAL_REFUSED;
+    k->drops++;
+    if (k->pending)
+        k->resend_at_ns = now;
+}
+
+/* Reads one monitor event (16-bit event, 32-bit value, then an address
+ * frame); 0 when none is waiting. Never blocks. */
+static uint16_t monitor_event(void *mon)
+{
+    zmq_msg_t m;
+    zmq_msg_init(&m);
+    if (zmq_msg_recv(&m, mon, ZMQ_DONTWAIT) < 0) {
+        zmq_msg_close(&m);
+        return 0;
+    }
+    uint16_t event = 0;
+    if (zmq_msg_size(&m) >= sizeof(event))
+        memcpy(&event, zmq_msg_data(&m), sizeof(event));
+    bool more = zmq_msg_more(&m);
+    zmq_msg_close(&m);
+    while (more) {
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, mon, ZMQ_DONTWAIT) < 0)
+            more = false;
+        else
+            more = zmq_msg_more(&m);
+        zmq_msg_close(&m);
+    }
+    return event ? event : 0xffff;
+}
+
+/* Reads the monitor events that have arrived, of sock and of dsock. */
 static void read_monitor(conn_t *k)
 {
-    while (k->mon) {
-        zmq_msg_t m;
-        zmq_msg_init(&m);
-        if (zmq_msg_recv(&m, k->mon, ZMQ_DONTWAIT) < 0) {
-            zmq_msg_close(&m);
-            return;
-        }
-        uint16_t event = 0;
-        if (zmq_msg_size(&m) >= sizeof(event))
-            memcpy(&event, zmq_msg_data(&m), sizeof(event));
-        bool more = zmq_msg_more(&m);
-        zmq_msg_close(&m);
-        while (more) {
-            zmq_msg_init(&m);
-            if (zmq_msg_recv(&m, k->mon, ZMQ_DONTWAIT) < 0)
-                more = false;
-            else
-                more = zmq_msg_more(&m);
-            zmq_msg_close(&m);
-        }
+    uint16_t event;
+    /* The sealed connection's end loses what was in flight on it, as the
+     * CURVE connection's does: it counts as a drop (exchanges are resent). */
+    while (k->dmon && (event = monitor_event(k->dmon)) != 0) {
+        if (event == ZMQ_EVENT_DISCONNECTED)
+            k->drops++;
+        else if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED)
+            k->seal_up = true;
+    }
+    while (k->mon && (event = monitor_event(k->mon)) != 0) {
         if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
             k->up = k->up_in_call = true;
             k->auth_failed = 0;
         } else if (event == ZMQ_EVENT_DISCONNECTED) {
             k->up = false;
             k->drops++;
+            /* The server wiped the session with the connection. */
+            seal_end(k);
         } else if (event == ZMQ_EVENT_CONNECTED) {
             k->tcp_seen = true;
         } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH ||
@@ -296,8 +381,106 @@ static void why_unanswered(const char *endpoint, char *buf, size_t size)
         snprintf(buf, size, "the host name %s does not resolve here: %s", host, gai_strerror(e));
 }
 
+/* The server's sealed socket: k's tcp:// endpoint with the port it granted. */
+static int seal_endpoint(const conn_t *k, long port, char *out, size_t size)
+{
+    const char *colon = strrchr(k->endpoint, ':');
+    if (!colon || port <= 0 || port > 65535)
+        return ZPS_EINVAL;
+    int n = snprintf(out, size, "%.*s:%ld", (int)(colon - k->endpoint), k->endpoint, port);
+    return n < 0 || (size_t)n >= size ? ZPS_EINVAL : 0;
+}
+
+/* Asks k's server for a sealed session, over CURVE; the reply comes to take_reply. */
+static void seal_ask(zps_client_t *c, conn_t *k)
+{
+    zps_header_t h;
+    zps_header_init(&h, ZPS_MSG_SESSION);
+    h.request_id = ++c->next_id;
+    h.json = zps_seal_cipher_available(ZPS_SEAL_AES256GCM) ? "{\"aes\":true}" : "{\"aes\":false}";
+    if (zps_wire_send(k->sock, NULL, &h, NULL, 0, NULL, NULL, ZMQ_DONTWAIT) == 0) {
+        k->seal_state = SEAL_ASKED;
+        k->seal_request_id = h.request_id;
+    }
+}
+
+/* The session k's server granted (m: the SESSION reply), or why not. */
+static void seal_granted(zps_client_t *c, conn_t *k, zps_message_t *m)
+{
+    if (m->hdr.status != 0) {
+        /* A server with --no-seal, without a tcp:// address, or from
+         * before sealed sessions: CURVE carries everything. */
+        zps_debug("%s grants no sealed session (%s): CURVE carries everything", k->endpoint,
+                  m->hdr.error);
+        k->seal_state = SEAL_REFUSED;
+        return;
+    }
+    zps_json_t *j = NULL;
+    unsigned char id[ZPS_SEAL_ID_BYTES], key[ZPS_SEAL_KEY_BYTES];
+    const char *sid = NULL, *skey = NULL, *scipher = NULL;
+    long port = 0;
+    if (m->hdr.json && zps_json_parse(m->hdr.json, &j, NULL, 0) == 0) {
+        sid = zps_json_string(zps_json_get(j, "session"));
+        skey = zps_json_string(zps_json_get(j, "key"));
+        scipher = zps_json_string(zps_json_get(j, "cipher"));
+        port = (long)zps_json_number(zps_json_get(j, "port"), 0);
+    }
+    enum zps_seal_cipher cipher = scipher ? zps_seal_cipher_parse(scipher) : ZPS_SEAL_NONE;
+    char where[600];
+    bool ok = sid && skey && cipher != ZPS_SEAL_NONE && zps_seal_cipher_available(cipher) &&
+              zps_seal_unhex(sid, id, sizeof(id)) == 0 &&
+              zps_seal_unhex(skey, key, sizeof(key)) == 0 &&
+              seal_endpoint(k, port, where, sizeof(where)) == 0;
+    if (skey)
+        sodium_memzero((char *)skey, strlen(skey));
+    zps_json_free(j);
+    if (m->json)
+        sodium_memzero(m->json, strlen(m->json));
+    if (!ok) {
+        zps_warn("%s: unusable sealed session grant: CURVE carries everything", k->endpoint);
+        sodium_memzero(key, sizeof(key));
+        k->seal_state = SEAL_REFUSED;
+        return;
+    }
+    zps_seal_join(&k->seal, id, key, cipher);
+    sodium_memzero(key, sizeof(key));
+    k->dsock = zmq_socket(c->ctx, ZMQ_DEALER);
+    int linger = 0;
+    if (k->dsock) {
+        zmq_setsockopt(k->dsock, ZMQ_LINGER, &linger, sizeof(linger));
+        allow_ipv6(k->dsock, where);
+        k->dmon =
+            attach_monitor(c, k, k->dsock, ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED);
+    }
+    if (!k->dsock || zmq_connect(k->dsock, where) != 0) {
+        zps_warn("%s: cannot connect to its sealed socket %s: CURVE carries everything",
+                 k->endpoint, where);
+        seal_end(k);
+        k->seal_state = SEAL_REFUSED;
+        return;
+    }
+    k->seal_state = SEAL_ON;
+    k->seal_up = !k->dmon; /* without a monitor, trust it */
+    k->seal_since_ns = zps_now_ns();
+    k->seal_port = port;
+    zps_debug("%s: sealed session on %s (%s)", k->endpoint, where, zps_seal_cipher_name(cipher));
+}
+
+/* The session a sealed reply names: k's, if the id is its (zps_wire_seal_find_fn). */
+static struct zps_seal *find_seal(void *arg, const unsigned char *id, zps_peer_t *peer)
+{
+    (void)peer;
+    conn_t *k = arg;
+    return k->seal_state == SEAL_ON && memcmp(id, k->seal.id, ZPS_SEAL_ID_BYTES) == 0 ? &k->seal
+                                                                                      : NULL;
+}
+
 static int open_conn(zps_client_t *c, conn_t *k)
 {
+    if (k->seal_state != SEAL_REFUSED)
+        k->seal_state = c->opts.curve && !c->opts.no_seal && strncmp(k->endpoint, "tcp://", 6) == 0
+                            ? SEAL_WANTED
+                            : SEAL_OFF;
     k->sock = zmq_socket(c->ctx, ZMQ_DEALER);
     if (!k->sock)
         return ZPS_ESOCKET;
@@ -432,7 +615,8 @@ int zps_client_new(const char *const *endpoints, size_t count, const zps_client_
     c->next_id = (zps_now_ns() ^ ((uint64_t)getpid() << 40)) & 0x7fffffffffffffffull;
     c->ctx = zmq_ctx_new();
     c->conns = calloc(count, sizeof(conn_t));
-    c->items = calloc(2 * count, sizeof(zmq_pollitem_t)); /* each socket and its monitor */
+    /* Each socket and its monitor, and the sealed socket and its monitor. */
+    c->items = calloc(4 * count, sizeof(zmq_pollitem_t));
     int rc = c->ctx && c->conns && c->items ? 0 : ZPS_ENOMEM;
     c->nconns = count;
     for (size_t i = 0; i < count && rc == 0; i++) {
@@ -456,6 +640,7 @@ void zps_client_free(zps_client_t *c)
     heartbeat_stop(c);
     for (size_t i = 0; i < c->nconns; i++) {
         zps_message_close(&c->conns[i].reply);
+        seal_end(&c->conns[i]);
         close_monitor(&c->conns[i]);
         if (c->conns[i].sock)
             zmq_close(c->conns[i].sock);
@@ -527,6 +712,7 @@ static bool wait_released(zps_client_t *c, int ms)
 /* Replaces a shard's socket: whatever was queued on the old one is dropped (and released). */
 static void reset_conn(zps_client_t *c, conn_t *k)
 {
+    seal_end(k);
     close_monitor(k);
     if (k->sock)
         zmq_close(k->sock);
@@ -541,6 +727,19 @@ static int send_request(zps_client_t *c, conn_t *k)
 {
     if (!k->sock)
         return ZPS_ESOCKET;
+    if (k->seal_state == SEAL_WANTED)
+        seal_ask(c, k);
+    if (k->seal_state == SEAL_ON) {
+        /* Sealed into a message of its own: the caller's buffer is free at once. */
+        int rc =
+            zps_wire_send_sealed(k->dsock, NULL, &k->req, k->payload, k->payload ? k->count : 0,
+                                 k->payload != NULL, &k->seal, ZMQ_DONTWAIT);
+        if (rc && rc != ZPS_EAGAIN)
+            set_error(c, "%s: send failed: %s", k->endpoint, zmq_strerror(zmq_errno()));
+        if (rc == 0)
+            k->drops_at_send = k->drops;
+        return rc;
+    }
     zps_wire_free_fn *ffn = NULL;
     if (k->payload && k->count > 0) {
         pthread_mutex_lock(&c->mu);
@@ -598,11 +797,37 @@ static int take_reply(zps_client_t *c, conn_t *k)
         zps_message_t m;
         /* Pull payloads are checksummed while they are copied out (copy_pulled). */
         int rc = zps_wire_recv_deferred(k->sock, ZMQ_DONTWAIT, false, &m);
+        bool sealed = false;
+        if (rc == ZPS_EAGAIN && k->dsock) {
+            rc = zps_wire_recv_sealed(k->dsock, ZMQ_DONTWAIT, false, false, find_seal, k, &m);
+            sealed = true;
+        }
         if (rc == ZPS_EAGAIN)
             return 0;
         if (rc == ZPS_ESOCKET) {
             set_error(c, "%s: receive failed: %s", k->endpoint, zmq_strerror(zmq_errno()));
             return rc;
+        }
+        if (sealed && rc == ZPS_ESEAL) {
+            /* Nothing of it can be trusted. Only the server's notice that it
+             * does not know the session changes anything: ask for a new one
+             * and send again what it did not take. */
+            if (m.seal_unknown && k->seal_state == SEAL_ON &&
+                memcmp(m.seal_id, k->seal.id, ZPS_SEAL_ID_BYTES) == 0) {
+                zps_debug("%s: the server no longer knows our sealed session", k->endpoint);
+                seal_end(k);
+                k->drops++;
+                if (k->pending)
+                    k->resend_at_ns = zps_now_ns();
+            }
+            zps_message_close(&m);
+            continue;
+        }
+        if (!sealed && m.hdr.reply && m.hdr.type == ZPS_MSG_SESSION) {
+            if (k->seal_state == SEAL_ASKED && m.hdr.request_id == k->seal_request_id)
+                seal_granted(c, k, &m);
+            zps_message_close(&m);
+            continue;
         }
         bool ours = m.hdr.reply && m.hdr.request_id == k->req.request_id;
         if (!ours || !k->pending) {
@@ -733,9 +958,12 @@ static int exchange(zps_client_t *c, bool all)
 
     while (rc == 0 && waiting > 0) {
         now = zps_now_ns();
-        for (size_t i = 0; i < c->nconns; i++)
-            if (c->conns[i].pending)
+        for (size_t i = 0; i < c->nconns; i++) {
+            if (c->conns[i].pending) {
                 read_monitor(&c->conns[i]);
+                seal_check_reached(&c->conns[i], now);
+            }
+        }
         /* A handshake the server refused will not succeed on a retry: say
          * so now rather than at the deadline. */
         for (size_t i = 0; i < c->nconns && rc == 0; i++) {
@@ -827,14 +1055,20 @@ static int exchange(zps_client_t *c, bool all)
             }
             if (k->resend_at_ns < wake)
                 wake = k->resend_at_ns;
+            if (k->seal_state == SEAL_ON && !k->seal_up &&
+                k->seal_since_ns + SEAL_CONNECT_MS * 1000000ull < wake)
+                wake = k->seal_since_ns + SEAL_CONNECT_MS * 1000000ull;
             c->items[n].socket = k->sock;
             c->items[n].fd = 0;
             c->items[n].events = ZMQ_POLLIN;
             c->items[n].revents = 0;
             n++;
-            /* The monitor too: a refused handshake ends the call now. */
-            if (k->mon) {
-                c->items[n].socket = k->mon;
+            /* The monitors too: a refused handshake ends the call now. */
+            void *more[3] = {k->mon, k->dsock, k->dmon};
+            for (size_t j = 0; j < 3; j++) {
+                if (!more[j])
+                    continue;
+                c->items[n].socket = more[j];
                 c->items[n].fd = 0;
                 c->items[n].events = ZMQ_POLLIN;
                 c->items[n].revents = 0;

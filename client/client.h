@@ -75,6 +75,13 @@ typedef struct zps_client_opts {
      * deadline. A request the server refuses for the key's role is
      * ZPS_EREMOTE with zps_client_last_remote_status ZPS_EDENIED. */
     bool curve;
+    /* With CURVE on tcp://, each connection also asks its server for a
+     * sealed session (common/seal.h) and, once granted, sends its requests
+     * sealed with an AEAD over a second, plain connection: CURVE then
+     * carries only the handshake, the session's key and heartbeats. A
+     * server that grants none (--no-seal, an older one) is used over CURVE
+     * alone. `no_seal` keeps every byte on CURVE. */
+    bool no_seal;
     uint8_t curve_public_key[32];
     uint8_t curve_secret_key[32];
     uint8_t curve_server_key[32];

@@ -79,6 +79,7 @@ static void usage(FILE *f)
                "  --key PREFIX.key   this client's CURVE secret key (servers with --key)\n"
                "  --server-key SERVER.pub\n"
                "                     the servers' public key (with --key)\n"
+               "  --no-seal          with --key: every byte over CURVE, no sealed session\n"
                "  --verbose          pull: print model versions and min_clock on stderr\n"
                "  --help             this text\n"
                "\n"
@@ -104,6 +105,7 @@ typedef struct args {
     bool verbose;
     const char *key;        /* --key PREFIX.key */
     const char *server_key; /* --server-key SERVER.pub */
+    bool no_seal;           /* --no-seal */
 } args_t;
 
 __attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...)
@@ -131,6 +133,7 @@ static int parse_args(int argc, char **argv, args_t *a)
         O_VERBOSE,
         O_KEY,
         O_SERVER_KEY,
+        O_NO_SEAL,
         O_HELP
     };
     static const struct option opts[] = {
@@ -145,6 +148,7 @@ static int parse_args(int argc, char **argv, args_t *a)
         {"verbose", no_argument, NULL, O_VERBOSE},
         {"key", required_argument, NULL, O_KEY},
         {"server-key", required_argument, NULL, O_SERVER_KEY},
+        {"no-seal", no_argument, NULL, O_NO_SEAL},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0},
     };
@@ -197,6 +201,9 @@ static int parse_args(int argc, char **argv, args_t *a)
             break;
         case O_SERVER_KEY:
             a->server_key = optarg;
+            break;
+        case O_NO_SEAL:
+            a->no_seal = true;
             break;
         case O_HELP:
             usage(stdout);
@@ -443,6 +450,7 @@ int main(int argc, char **argv)
             free(servers);
             return EXIT_USAGE;
         }
+        opts.no_seal = a.no_seal;
     }
     zps_client_t *c;
     int rc = zps_client_new((const char *const *)servers, nservers, &opts, &c);

@@ -697,6 +697,7 @@ static int secure_opts(const zps_trainer_config_t *cfg, zps_client_opts_t *co)
     int rc = zps_client_opts_set_keys(co, cfg->key_file, cfg->server_key_file, why, sizeof(why));
     if (rc)
         zps_error("%s", why);
+    co->no_seal = cfg->no_seal;
     return rc;
 }
 

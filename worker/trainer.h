@@ -54,6 +54,7 @@ typedef struct zps_trainer_config {
      * servers' public key file (SERVER.pub); both NULL: no CURVE */
     const char *key_file;
     const char *server_key_file;
+    bool no_seal; /* with keys: every byte over CURVE (zps_client_opts_t.no_seal) */
 
     /* what to train */
     const char *model;    /* spec (model.h); NULL: the data's default */

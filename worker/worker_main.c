@@ -47,6 +47,8 @@ static void usage(FILE *f)
             "                         with --key (docs/security.md)\n"
             "  --server-key SERVER.pub\n"
             "                         the servers' public key (with --key)\n"
+            "  --no-seal              with --key: keep every byte on CURVE instead of sealed\n"
+            "                         sessions (an AEAD on a second connection; security.md)\n"
             "  --init-only            rank 0: initialise the servers' model, then exit\n"
             "  --local                no servers: simulate W workers' data order in one\n"
             "                         process and apply the optimizer here\n"
@@ -283,6 +285,9 @@ int main(int argc, char **argv)
             break;
         case ZPS_WORKER_FLAG_NO_EXCHANGE:
             cfg.exchange = false;
+            break;
+        case ZPS_WORKER_FLAG_NO_SEAL:
+            cfg.no_seal = true;
             break;
         case ZPS_WORKER_FLAG_NO_FINAL_WAIT:
             cfg.final_wait = false;
