@@ -10,13 +10,14 @@
  * header, checksum or arithmetic: X bytes up and an empty acknowledgement,
  * then a small request and X bytes back. GB/s counts the 2X payload bytes.
  *
- * With --curve it also measures what CURVE (docs/security.md) costs, in the
- * same run: the same zps round trips through a second zps-server started
- * with --key and --authorized-keys (keys made for the run in a temporary
- * folder, removed at exit) and a client with those keys, and a raw ZeroMQ
- * echo (X bytes up, the same X bytes back: one message each way) over a
- * plain and a CURVE DEALER/ROUTER pair, so that ZeroMQ's own share of the
- * cost shows.
+ * With --curve it also measures what encryption (docs/security.md) costs,
+ * in the same run: the exchange through a second zps-server started with
+ * --key and --authorized-keys (keys made for the run in a temporary folder,
+ * removed at exit) and a client with those keys, once with every byte over
+ * CURVE (--no-seal) and once in a sealed session (the default: CURVE
+ * authenticates, the bytes go AEAD-sealed over a plain connection), and a
+ * raw ZeroMQ echo (X bytes up, the same X bytes back: one message each way)
+ * over a CURVE DEALER/ROUTER pair, so that ZeroMQ's own share shows.
  *
  * Besides the tables, one machine-readable line per measured row (issue 15):
  *
@@ -26,8 +27,9 @@
  * two-round-trip baseline above), exchange (zps's one exchange per clock:
  * the gradient of t and the pull of t+1 in one message each way), echo (raw
  * ZeroMQ, one message each way: the floor for an exchange), and with
- * --curve also pushpull-curve (zps over CURVE) and echo-curve (the echo
- * over CURVE). gbps counts the 2X payload bytes.
+ * --curve also exchange-curve (the exchange, every byte over CURVE),
+ * exchange-sealed (the exchange in a sealed session) and echo-curve (the
+ * echo over CURVE). gbps counts the 2X payload bytes.
  *
  *   bench_pushpull [--sizes 4K,1M,16M,64M] [--seconds S] [--curve]
  */
@@ -340,10 +342,17 @@ static void keys_make(void)
     }
 }
 
-/* zps round trips; through a CURVE server and client when curve is set (keys_make first). */
-/* zps round trips: push(t) + pull(t+1), or with `exchange` one zps_client_exchange(t). */
-static result_t bench_zps(size_t bytes, int rounds, bool curve, bool exchange)
+/* How a benchmark client talks to its server. */
+typedef enum { SEC_PLAIN, SEC_CURVE, SEC_SEALED } security_t;
+
+/*
+ * zps round trips: push(t) + pull(t+1), or with `exchange` one
+ * zps_client_exchange(t); with keys (keys_make first) all over CURVE, or in
+ * a sealed session.
+ */
+static result_t bench_zps(size_t bytes, int rounds, security_t sec, bool exchange)
 {
+    bool curve = sec != SEC_PLAIN;
     harness_server_t srv;
     char server_key[128], authorized[128], client_key[128], server_pub[128];
     key_path(server_key, sizeof(server_key), "server.key");
@@ -370,6 +379,7 @@ static result_t bench_zps(size_t bytes, int rounds, bool curve, bool exchange)
         fprintf(stderr, "client keys: %s\n", why);
         exit(1);
     }
+    o.no_seal = sec == SEC_CURVE;
     zps_client_t *c;
     int made = zps_client_new(eps, 1, &o, &c);
     zps_client_opts_clear(&o);
@@ -388,6 +398,7 @@ static result_t bench_zps(size_t bytes, int rounds, bool curve, bool exchange)
     }
     double *t = malloc(sizeof(double) * (size_t)(rounds + 2));
     uint64_t clock = 0;
+    /* Two warm-up rounds: the first is also the one that asks for a sealed session. */
     for (int r = -2; r < rounds; r++) {
         uint64_t t0 = zps_now_ns();
         int rc;
@@ -450,7 +461,7 @@ static void print_result(const char *kind, size_t bytes, result_t r)
 /* What is measured for one payload (the last three only with --curve). */
 typedef struct row {
     size_t bytes;
-    result_t zps_plain, raw, zps_curve, echo_plain, echo_curve, exchange;
+    result_t zps_plain, raw, echo_plain, echo_curve, exchange, exchange_curve, exchange_sealed;
 } row_t;
 
 static void print_exchange_table(const row_t *rows, size_t count)
@@ -475,26 +486,22 @@ static void print_exchange_table(const row_t *rows, size_t count)
 
 static void print_curve_table(const row_t *rows, size_t count)
 {
-    printf("\nencryption's cost: zps and a raw ZeroMQ echo (one message each way), plain and "
-           "CURVE\n");
-    printf("(GB/s ratio CURVE/plain; 'added' is the CURVE RTT minus the plain one)\n\n");
-    printf("%9s %7s | %12s %12s %8s %11s | %7s %12s %12s %8s %11s\n", "payload", "rounds",
-           "zps RTT", "CURVE RTT", "CURVE/", "added", "rounds", "echo RTT", "CURVE RTT", "CURVE/",
-           "added");
-    printf("%9s %7s | %12s %12s %8s %11s | %7s %12s %12s %8s %11s\n", "", "", "", "", "plain", "",
-           "", "", "", "plain", "");
+    printf("\nencryption's cost: the exchange plain, over CURVE alone, and in a sealed session\n"
+           "(CURVE authenticates; AEAD-sealed frames on a plain connection), and a raw ZeroMQ\n"
+           "echo over CURVE; ratios of GB/s against the plain exchange\n\n");
+    printf("%9s %7s | %12s | %12s %8s | %12s %8s | %12s %8s\n", "payload", "rounds", "plain",
+           "CURVE", "CURVE/", "sealed", "sealed/", "echo CURVE", "/plain");
+    printf("%9s %7s | %12s | %12s %8s | %12s %8s | %12s %8s\n", "", "", "RTT", "RTT", "plain",
+           "RTT", "plain", "RTT", "echo");
     for (size_t k = 0; k < count; k++) {
         const row_t *w = &rows[k];
         char label[32];
         size_label(label, sizeof(label), w->bytes);
-        printf("%9s %7d | %9.1f us %9.1f us %8.2f %8.1f us | %7d %9.1f us %9.1f us %8.2f %8.1f "
-               "us\n",
-               label, w->zps_curve.rounds, w->zps_plain.seconds * 1e6, w->zps_curve.seconds * 1e6,
-               w->zps_plain.seconds / w->zps_curve.seconds,
-               (w->zps_curve.seconds - w->zps_plain.seconds) * 1e6, w->echo_curve.rounds,
-               w->echo_plain.seconds * 1e6, w->echo_curve.seconds * 1e6,
-               w->echo_plain.seconds / w->echo_curve.seconds,
-               (w->echo_curve.seconds - w->echo_plain.seconds) * 1e6);
+        printf("%9s %7d | %9.1f us | %9.1f us %8.2f | %9.1f us %8.2f | %9.1f us %8.2f\n", label,
+               w->exchange_sealed.rounds, w->exchange.seconds * 1e6,
+               w->exchange_curve.seconds * 1e6, w->exchange.seconds / w->exchange_curve.seconds,
+               w->exchange_sealed.seconds * 1e6, w->exchange.seconds / w->exchange_sealed.seconds,
+               w->echo_curve.seconds * 1e6, w->echo_plain.seconds / w->echo_curve.seconds);
     }
 }
 
@@ -556,7 +563,7 @@ int main(int argc, char **argv)
         size_t b = list[k];
         int rounds = rounds_for(b, seconds, 1.5e9);
         result_t raw_r = bench_raw(&raw, b, rounds);
-        result_t zps_r = bench_zps(b, rounds, false, false);
+        result_t zps_r = bench_zps(b, rounds, SEC_PLAIN, false);
         double zgbs = gbps(b, zps_r), rgbs = gbps(b, raw_r);
         char label[32];
         size_label(label, sizeof(label), b);
@@ -568,12 +575,13 @@ int main(int argc, char **argv)
         w->zps_plain = zps_r;
         w->raw = raw_r;
         w->echo_plain = bench_echo(&echo, b, rounds);
-        w->exchange = bench_zps(b, rounds, false, true);
+        w->exchange = bench_zps(b, rounds, SEC_PLAIN, true);
         if (curve) {
             /* CURVE moves ~10x slower than plain TCP here: fewer rounds, about as long. */
             int crounds = rounds_for(b, seconds, 1.5e8);
             w->echo_curve = bench_echo(&echo_curve, b, crounds);
-            w->zps_curve = bench_zps(b, crounds, true, false);
+            w->exchange_curve = bench_zps(b, crounds, SEC_CURVE, true);
+            w->exchange_sealed = bench_zps(b, rounds_for(b, seconds, 6e8), SEC_SEALED, true);
         }
         fflush(stdout);
     }
@@ -588,7 +596,8 @@ int main(int argc, char **argv)
         print_result("exchange", w->bytes, w->exchange);
         print_result("echo", w->bytes, w->echo_plain);
         if (curve) {
-            print_result("pushpull-curve", w->bytes, w->zps_curve);
+            print_result("exchange-curve", w->bytes, w->exchange_curve);
+            print_result("exchange-sealed", w->bytes, w->exchange_sealed);
             print_result("echo-curve", w->bytes, w->echo_curve);
         }
     }
