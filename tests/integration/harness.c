@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,7 +13,9 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <zmq.h>
 
+#include "keys.h"
 #include "timeutil.h"
 
 #ifndef ZPS_SERVER_BIN
@@ -23,6 +26,126 @@ const char *harness_server_bin(void)
 {
     const char *env = getenv("ZPS_SERVER_BIN");
     return env && *env ? env : ZPS_SERVER_BIN;
+}
+
+/* ---- the secure suite's keys ---- */
+
+static char key_dir[64];
+static char server_key[128], server_pub[128], client_key[128], client_pub[128], authorized[128];
+
+bool harness_secure(void)
+{
+    const char *v = getenv("ZPS_TEST_SECURE");
+    return v && *v && strcmp(v, "0") != 0;
+}
+
+const char *harness_client_key(void)
+{
+    return client_key;
+}
+
+const char *harness_server_pub(void)
+{
+    return server_pub;
+}
+
+static void remove_keys(void)
+{
+    const char *files[] = {server_key, server_pub, client_key, client_pub, authorized};
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
+        if (files[i][0])
+            unlink(files[i]);
+    if (key_dir[0])
+        rmdir(key_dir);
+}
+
+static int make_keys(void)
+{
+    snprintf(key_dir, sizeof(key_dir), "/tmp/zps-test-keys-XXXXXX");
+    if (!mkdtemp(key_dir)) {
+        perror("mkdtemp");
+        key_dir[0] = '\0';
+        return -1;
+    }
+    atexit(remove_keys);
+    char prefix[96], why[256];
+    zps_keypair_t srv, cli;
+    snprintf(prefix, sizeof(prefix), "%s/server", key_dir);
+    if (zps_keypair_generate(&srv, why, sizeof(why)) != 0 ||
+        zps_keypair_write(prefix, &srv, false, why, sizeof(why)) != 0) {
+        fprintf(stderr, "harness: server keys: %s\n", why);
+        return -1;
+    }
+    snprintf(prefix, sizeof(prefix), "%s/client", key_dir);
+    if (zps_keypair_generate(&cli, why, sizeof(why)) != 0 ||
+        zps_keypair_write(prefix, &cli, false, why, sizeof(why)) != 0) {
+        fprintf(stderr, "harness: client keys: %s\n", why);
+        return -1;
+    }
+    snprintf(server_key, sizeof(server_key), "%s/server.key", key_dir);
+    snprintf(server_pub, sizeof(server_pub), "%s/server.pub", key_dir);
+    snprintf(client_key, sizeof(client_key), "%s/client.key", key_dir);
+    snprintf(client_pub, sizeof(client_pub), "%s/client.pub", key_dir);
+    snprintf(authorized, sizeof(authorized), "%s/authorized_keys", key_dir);
+    char z85[ZPS_KEY_Z85_CHARS + 1];
+    zps_key_encode(cli.public_key, z85);
+    zps_keypair_clear(&srv);
+    zps_keypair_clear(&cli);
+    FILE *f = fopen(authorized, "w");
+    if (!f || fprintf(f, "%s admin\n", z85) < 0 || fclose(f) != 0) {
+        fprintf(stderr, "harness: %s: %s\n", authorized, strerror(errno));
+        return -1;
+    }
+    /* For the zps-worker processes the test starts (common/envflags.h). */
+    setenv("ZPS_KEY", client_key, 1);
+    setenv("ZPS_SERVER_KEY", server_pub, 1);
+    return 0;
+}
+
+static pthread_once_t keys_once = PTHREAD_ONCE_INIT;
+static int keys_rc = -1;
+
+static void keys_once_fn(void)
+{
+    keys_rc = make_keys();
+}
+
+/* Tests start servers from several threads (test_bsp_matrix): made once. */
+int harness_secure_keys(void)
+{
+    pthread_once(&keys_once, keys_once_fn);
+    return keys_rc;
+}
+
+int harness_secure_socket(void *sock)
+{
+    if (!harness_secure())
+        return 0;
+    if (harness_secure_keys() != 0)
+        return -1;
+    zps_keypair_t kp;
+    uint8_t srv[ZPS_KEY_BYTES];
+    char why[256];
+    if (zps_keypair_load(client_key, &kp, why, sizeof(why)) != 0 ||
+        zps_pubkey_load(server_pub, srv, why, sizeof(why)) != 0) {
+        fprintf(stderr, "harness: %s\n", why);
+        return -1;
+    }
+    int rc = zmq_setsockopt(sock, ZMQ_CURVE_SERVERKEY, srv, ZPS_KEY_BYTES) == 0 &&
+                     zmq_setsockopt(sock, ZMQ_CURVE_PUBLICKEY, kp.public_key, ZPS_KEY_BYTES) == 0 &&
+                     zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, kp.secret_key, ZPS_KEY_BYTES) == 0
+                 ? 0
+                 : -1;
+    zps_keypair_clear(&kp);
+    return rc;
+}
+
+/* Made before main, while the process has one thread: setenv must not race
+ * with another thread's getenv. */
+__attribute__((constructor)) static void secure_keys_early(void)
+{
+    if (harness_secure())
+        harness_secure_keys();
 }
 
 pid_t harness_spawn(const char *const *argv, const char *out_path, const char *err_path)
@@ -77,6 +200,14 @@ int harness_start(harness_server_t *s, const char *const *args)
     argv[n++] = "tcp://127.0.0.1:*";
     argv[n++] = "--endpoint-file";
     argv[n++] = epfile;
+    if (harness_secure()) {
+        if (harness_secure_keys() != 0)
+            return -1;
+        argv[n++] = "--key";
+        argv[n++] = server_key;
+        argv[n++] = "--authorized-keys";
+        argv[n++] = authorized;
+    }
     for (int i = 0; args && args[i] && n < 62; i++)
         argv[n++] = args[i];
     argv[n] = NULL;

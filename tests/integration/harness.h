@@ -5,6 +5,16 @@
  * free port) and --endpoint-file, and the harness waits for that file. The
  * child dies with the test (PR_SET_PDEATHSIG), and harness_stop sends
  * SIGTERM, then SIGKILL after a grace period, so no process is left behind.
+ *
+ * ZPS_TEST_SECURE=1 runs a test with keys, as a cluster off loopback runs:
+ * harness_start gives every server --key and --authorized-keys (a server
+ * key pair and an admin client key, made once per test process in a
+ * private folder removed at exit), ZPS_KEY and ZPS_SERVER_KEY are exported
+ * for the zps-worker processes the test starts, `zps launch` gets --keys
+ * (launch_util.h), and every zps_client_new of the test gets the client
+ * key (harness_secure.c). Clients then work in sealed sessions, as they do
+ * by default with keys. CTest runs the suite's client-level tests both
+ * ways (the `secure` label).
  */
 #ifndef ZPS_HARNESS_H
 #define ZPS_HARNESS_H
@@ -43,6 +53,20 @@ pid_t harness_spawn(const char *const *argv, const char *out_path, const char *e
 
 /* The process's resident set size in kB (VmRSS in /proc/PID/status), or -1. */
 long harness_rss_kb(pid_t pid);
+
+/* Whether ZPS_TEST_SECURE asks for keys. */
+bool harness_secure(void);
+
+/* Makes the secure suite's keys once (0, or -1 with a message on stderr). */
+int harness_secure_keys(void);
+
+/* The admin client's secret key file and the servers' public key file. */
+const char *harness_client_key(void);
+const char *harness_server_pub(void);
+
+/* In the secure suite, makes a raw ZeroMQ socket a CURVE client with those
+ * keys (before it connects); otherwise does nothing. Returns 0 or -1. */
+int harness_secure_socket(void *sock);
 
 /* Path of the zps-server binary under test. */
 const char *harness_server_bin(void);

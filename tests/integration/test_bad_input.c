@@ -45,6 +45,7 @@ static int setup(void **state)
     int linger = 0, timeout = 5000;
     zmq_setsockopt(f->sock, ZMQ_LINGER, &linger, sizeof(linger));
     zmq_setsockopt(f->sock, ZMQ_RCVTIMEO, &timeout, sizeof(timeout));
+    assert_int_equal(harness_secure_socket(f->sock), 0);
     zmq_connect(f->sock, f->srv.endpoint);
     f->next_id = 1000;
     *state = f;

@@ -129,6 +129,7 @@ static void raw_open(raw_t *r, const char *endpoint)
     int linger = 0, timeout = 5000;
     zmq_setsockopt(r->sock, ZMQ_LINGER, &linger, sizeof(linger));
     zmq_setsockopt(r->sock, ZMQ_RCVTIMEO, &timeout, sizeof(timeout));
+    assert_int_equal(harness_secure_socket(r->sock), 0);
     assert_int_equal(zmq_connect(r->sock, endpoint), 0);
     r->next_id = 5000;
 }

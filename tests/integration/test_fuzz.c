@@ -682,6 +682,7 @@ static void run(const char *mode, uint32_t workers)
     int linger = 0, timeout = 5000;
     zmq_setsockopt(f->sock, ZMQ_LINGER, &linger, sizeof(linger));
     zmq_setsockopt(f->sock, ZMQ_RCVTIMEO, &timeout, sizeof(timeout));
+    assert_int_equal(harness_secure_socket(f->sock), 0);
     assert_int_equal(zmq_connect(f->sock, f->srv.endpoint), 0);
     f->ref.bsp = strcmp(mode, "bsp") == 0;
     f->ref.workers = workers;

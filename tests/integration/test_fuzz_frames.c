@@ -668,6 +668,7 @@ static void test_fuzz_frames(void **state)
         assert_non_null(sock);
         zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof(linger));
         zmq_setsockopt(sock, ZMQ_RCVTIMEO, &timeout, sizeof(timeout));
+        assert_int_equal(harness_secure_socket(sock), 0);
         assert_int_equal(zmq_connect(sock, f->srv.endpoint), 0);
         if (i < SOCKS)
             f->sock[i] = sock;

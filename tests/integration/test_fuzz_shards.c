@@ -506,6 +506,7 @@ static void test_fuzz_shards(void **state)
         assert_non_null(f->raw[s]);
         zmq_setsockopt(f->raw[s], ZMQ_LINGER, &linger, sizeof(linger));
         zmq_setsockopt(f->raw[s], ZMQ_RCVTIMEO, &timeout, sizeof(timeout));
+        assert_int_equal(harness_secure_socket(f->raw[s]), 0);
         assert_int_equal(zmq_connect(f->raw[s], f->endpoints[s]), 0);
     }
     f->next_id = 1;

@@ -240,6 +240,7 @@ static void test_flood_gets_errors_not_memory(void **state)
     int linger = 0, timeout = 10000;
     zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof(linger));
     zmq_setsockopt(s, ZMQ_RCVTIMEO, &timeout, sizeof(timeout));
+    assert_int_equal(harness_secure_socket(s), 0);
     assert_int_equal(zmq_connect(s, srv.endpoint), 0);
 
     /* Worker 0 pushes clock 0; its pulls for clock 1 must wait for worker 1. */

@@ -59,6 +59,7 @@ static void *observer_socket(void *ctx, const char *endpoint)
     zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof(linger));
     zmq_setsockopt(s, ZMQ_RCVHWM, &rcvhwm, sizeof(rcvhwm));
     zmq_setsockopt(s, ZMQ_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+    assert_int_equal(harness_secure_socket(s), 0);
     assert_int_equal(zmq_connect(s, endpoint), 0);
     return s;
 }
