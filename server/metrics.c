@@ -203,6 +203,21 @@ void zps_metrics_text(const zps_daemon_t *d, zps_strbuf_t *b)
         one(b, d, "zps_auth_keys", "gauge", "Keys in --authorized-keys as last loaded.",
             (double)zps_authkeys_count(d->auth.keys));
     }
+    if (d->seal_sock) {
+        one(b, d, "zps_sealed_sessions", "gauge", "Sealed sessions open (one per CURVE connection).",
+            (double)d->sessions.used);
+        one(b, d, "zps_sealed_sessions_granted_total", "counter", "Sealed sessions granted.",
+            (double)d->sessions.granted);
+        head(b, "zps_sealed_messages_total", "counter",
+             "Sealed messages received: opened, or refused unopened (unknown session, bad tag, "
+             "replayed counter).");
+        zps_strbuf_printf(b, "zps_sealed_messages_total{shard=\"%u\",result=\"opened\"} %llu\n",
+                          s, (unsigned long long)d->sessions.opened);
+        zps_strbuf_printf(b, "zps_sealed_messages_total{shard=\"%u\",result=\"refused\"} %llu\n",
+                          s, (unsigned long long)d->sessions.refused);
+        one(b, d, "zps_sealed_connections_open", "gauge", "Connections to the sealed socket open.",
+            (double)d->seal_conns.open);
+    }
     one(b, d, "zps_memory_bound_bytes", "gauge", "The bound the server keeps its memory within.",
         (double)zps_conns_memory_bound(k));
     one(b, d, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.",

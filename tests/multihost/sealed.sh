@@ -3,8 +3,9 @@
 # netns.sh; CURVE keys on). Host 0 runs two servers, host 1 one worker per
 # server; the same run (one worker, BSP, the same seed and data) twice:
 #   - to server A, whose sealed port is open: the worker's requests go sealed
-#     (STATS sealed.opened counts them), nothing is refused, and the worker
-#     says nothing of a fallback;
+#     (STATS sealed.opened counts them, and so does /metrics'
+#     zps_sealed_messages_total), nothing is refused, and the worker says
+#     nothing of a fallback;
 #   - to server B, whose sealed port host 0's firewall drops (nft or
 #     iptables in host 0's namespace): the worker says its sealed socket did
 #     not answer and goes on over CURVE alone (sealed.opened 0), within a few
@@ -27,20 +28,22 @@ mh_up 2 60
 d=$mh_dir
 mh_keys "$zps" 1
 
-# start NAME PORT SEAL_PORT : a server on host 0
+# start NAME PORT SEAL_PORT [ARG...] : a server on host 0
 start() {
-    mh_start 0 "server-$1" "$server_bin" --listen "tcp://${mh_addr[0]}:$2" --seal-port "$3" \
-        --endpoint-file "$d/server-$1.ep" --workers 1 --mode bsp --lr 0.05 \
-        --key "$d/srv.key" --authorized-keys "$d/authorized_keys"
+    local name=$1 port=$2 seal=$3
+    shift 3
+    mh_start 0 "server-$name" "$server_bin" --listen "tcp://${mh_addr[0]}:$port" \
+        --seal-port "$seal" --endpoint-file "$d/server-$name.ep" --workers 1 --mode bsp \
+        --lr 0.05 --key "$d/srv.key" --authorized-keys "$d/authorized_keys" "$@"
     local pid=$mh_pid
     for _ in $(seq 1 100); do
-        [ -s "$d/server-$1.ep" ] && break
+        [ -s "$d/server-$name.ep" ] && break
         kill -0 "$pid" 2>/dev/null || break
         sleep 0.1
     done
-    [ -s "$d/server-$1.ep" ] || mh_fail "server $1 did not start: $(cat "$d/server-$1.log")"
+    [ -s "$d/server-$name.ep" ] || mh_fail "server $name did not start: $(cat "$d/server-$name.log")"
 }
-start a 7100 7200
+start a 7100 7200 --metrics-listen "${mh_addr[0]}:9100"
 start b 7101 7201
 
 # Host 0 drops what comes to server B's sealed port.
@@ -79,6 +82,23 @@ opened=$(sealed a 7100 opened)
 [ "$opened" -ge 100 ] || mh_fail "server a opened $opened sealed messages (120 clocks)"
 [ "$(sealed a 7100 refused)" -eq 0 ] || mh_fail "server a refused sealed messages"
 if grep -q "did not answer" "$d/worker-a.log"; then mh_fail "worker a fell back: $(cat "$d/worker-a.log")"; fi
+# The Prometheus endpoint says the same (published once a second).
+ok=no
+for _ in $(seq 1 30); do
+    on_host 0 curl -sf "http://${mh_addr[0]}:9100/metrics" >"$d/metrics.txt" 2>/dev/null || true
+    if grep -qx "zps_sealed_messages_total{shard=\"0\",result=\"opened\"} $opened" "$d/metrics.txt"; then
+        ok=yes
+        break
+    fi
+    sleep 0.2
+done
+[ "$ok" = yes ] || mh_fail "/metrics does not say $opened sealed messages opened: $(grep sealed "$d/metrics.txt")"
+grep -qx 'zps_sealed_messages_total{shard="0",result="refused"} 0' "$d/metrics.txt" ||
+    mh_fail "/metrics counts refused sealed messages"
+if command -v promtool >/dev/null; then
+    promtool check metrics <"$d/metrics.txt" >"$d/promtool.txt" 2>&1 ||
+        mh_fail "promtool check metrics: $(cat "$d/promtool.txt")"
+fi
 
 t0=$(mh_now)
 train b 7101
