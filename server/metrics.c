@@ -204,17 +204,17 @@ void zps_metrics_text(const zps_daemon_t *d, zps_strbuf_t *b)
             (double)zps_authkeys_count(d->auth.keys));
     }
     if (d->seal_sock) {
-        one(b, d, "zps_sealed_sessions", "gauge", "Sealed sessions open (one per CURVE connection).",
-            (double)d->sessions.used);
+        one(b, d, "zps_sealed_sessions", "gauge",
+            "Sealed sessions open (one per CURVE connection).", (double)d->sessions.used);
         one(b, d, "zps_sealed_sessions_granted_total", "counter", "Sealed sessions granted.",
             (double)d->sessions.granted);
         head(b, "zps_sealed_messages_total", "counter",
              "Sealed messages received: opened, or refused unopened (unknown session, bad tag, "
              "replayed counter).");
-        zps_strbuf_printf(b, "zps_sealed_messages_total{shard=\"%u\",result=\"opened\"} %llu\n",
-                          s, (unsigned long long)d->sessions.opened);
-        zps_strbuf_printf(b, "zps_sealed_messages_total{shard=\"%u\",result=\"refused\"} %llu\n",
-                          s, (unsigned long long)d->sessions.refused);
+        zps_strbuf_printf(b, "zps_sealed_messages_total{shard=\"%u\",result=\"opened\"} %llu\n", s,
+                          (unsigned long long)d->sessions.opened);
+        zps_strbuf_printf(b, "zps_sealed_messages_total{shard=\"%u\",result=\"refused\"} %llu\n", s,
+                          (unsigned long long)d->sessions.refused);
         one(b, d, "zps_sealed_connections_open", "gauge", "Connections to the sealed socket open.",
             (double)d->seal_conns.open);
     }
