@@ -194,30 +194,40 @@ static int recv_routed(void *sock, zps_message_t *msg, zmq_msg_t *frame)
     return 0;
 }
 
-/* zps_wire_recv and zps_wire_recv_deferred: `verify` says whether the
- * payload's checksum is checked here. */
-static int recv_message(void *sock, int flags, bool router, bool verify, zps_message_t *msg)
+/*
+ * Clears msg and receives a message's first frame into `frame`: on a ROUTER
+ * the routing id goes to msg->peer (it is added by the ROUTER, never on the
+ * wire) and `frame` is the frame after it. Counted.
+ */
+static int recv_first(void *sock, int flags, bool router, zps_message_t *msg, zmq_msg_t *frame)
 {
     memset(msg, 0, sizeof(*msg));
     zps_header_init(&msg->hdr, ZPS_MSG_NONE);
     msg->hdr.version = 0;
-
-    zmq_msg_t frame;
-    zmq_msg_init(&frame);
-    if (zmq_msg_recv(&frame, sock, flags) < 0) {
+    msg->peer.fd = -1;
+    zmq_msg_init(frame);
+    if (zmq_msg_recv(frame, sock, flags) < 0) {
         int e = zmq_errno();
-        zmq_msg_close(&frame);
+        zmq_msg_close(frame);
         return e == EAGAIN ? ZPS_EAGAIN : ZPS_ESOCKET;
     }
-    msg->peer.fd = -1;
-
     if (router) {
-        /* The routing id: added by the ROUTER, never on the wire. */
-        int rc = recv_routed(sock, msg, &frame);
+        int rc = recv_routed(sock, msg, frame);
         if (rc)
             return rc;
     }
-    count_frame(msg, zmq_msg_size(&frame));
+    count_frame(msg, zmq_msg_size(frame));
+    return 0;
+}
+
+/* zps_wire_recv and zps_wire_recv_deferred: `verify` says whether the
+ * payload's checksum is checked here. */
+static int recv_message(void *sock, int flags, bool router, bool verify, zps_message_t *msg)
+{
+    zmq_msg_t frame;
+    int first = recv_first(sock, flags, router, msg, &frame);
+    if (first)
+        return first;
 
     /* `frame` is the header. */
     int rc = decode_header(msg, zmq_msg_data(&frame), zmq_msg_size(&frame));
@@ -474,24 +484,10 @@ ZPS_CLONES_AVX512 bool zps_all_finite(const float *v, size_t count, size_t *firs
 int zps_wire_recv_sealed(void *sock, int flags, bool router, bool verify,
                          zps_wire_seal_find_fn *find, void *arg, zps_message_t *msg)
 {
-    memset(msg, 0, sizeof(*msg));
-    zps_header_init(&msg->hdr, ZPS_MSG_NONE);
-    msg->hdr.version = 0;
-    msg->peer.fd = -1;
-
     zmq_msg_t frame;
-    zmq_msg_init(&frame);
-    if (zmq_msg_recv(&frame, sock, flags) < 0) {
-        int e = zmq_errno();
-        zmq_msg_close(&frame);
-        return e == EAGAIN ? ZPS_EAGAIN : ZPS_ESOCKET;
-    }
-    if (router) {
-        int rc = recv_routed(sock, msg, &frame);
-        if (rc)
-            return rc;
-    }
-    count_frame(msg, zmq_msg_size(&frame));
+    int first = recv_first(sock, flags, router, msg, &frame);
+    if (first)
+        return first;
     if (!router && zmq_msg_size(&frame) == ZPS_SEAL_UNKNOWN_BYTES &&
         memcmp(zmq_msg_data(&frame), ZPS_SEAL_UNKNOWN, 4) == 0) {
         /* The server's notice that it knows no session of this id. */

@@ -515,6 +515,23 @@ static int bind_address(const char *listen, char *out, size_t size)
     return n < 0 || (size_t)n >= size ? ZPS_EINVAL : 0;
 }
 
+/* A ROUTER with the options both of the server's sockets have. */
+static void *new_router(zps_daemon_t *d)
+{
+    void *s = zmq_socket(d->ctx, ZMQ_ROUTER);
+    if (!s)
+        return NULL;
+    int one = 1, linger = 1000, hwm = ZPS_MAX_QUEUED_REPLIES;
+    int64_t maxmsg = (int64_t)d->cfg->max_message_bytes;
+    /* With ROUTER_MANDATORY a reply beyond the peer's queue fails at once
+     * and is dropped and counted (reply.c). */
+    zmq_setsockopt(s, ZMQ_ROUTER_MANDATORY, &one, sizeof(one));
+    zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof(hwm));
+    zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof(linger));
+    zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg));
+    return s;
+}
+
 /*
  * The sealed socket (sessions.h): a plain ROUTER on the CURVE socket's
  * address, at --seal-port or a port the system picks, with the same limits.
@@ -542,15 +559,10 @@ static int open_seal_socket(zps_daemon_t *d, const char *where, uint32_t max, ui
         snprintf(addr + n, sizeof(addr) - (size_t)n, "%u", (unsigned)cfg->seal_port);
     else
         snprintf(addr + n, sizeof(addr) - (size_t)n, "*");
-    d->seal_sock = zmq_socket(d->ctx, ZMQ_ROUTER);
+    d->seal_sock = new_router(d);
     if (!d->seal_sock)
         return ZPS_ESOCKET;
-    int one = 1, linger = 1000, hwm = ZPS_MAX_QUEUED_REPLIES;
-    int64_t maxmsg = (int64_t)cfg->max_message_bytes;
-    zmq_setsockopt(d->seal_sock, ZMQ_ROUTER_MANDATORY, &one, sizeof(one));
-    zmq_setsockopt(d->seal_sock, ZMQ_SNDHWM, &hwm, sizeof(hwm));
-    zmq_setsockopt(d->seal_sock, ZMQ_LINGER, &linger, sizeof(linger));
-    zmq_setsockopt(d->seal_sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg));
+    int one = 1;
     if (strncmp(addr, "tcp://[", 7) == 0)
         zmq_setsockopt(d->seal_sock, ZMQ_IPV6, &one, sizeof(one));
     rc = zps_conns_open(&d->seal_conns, d->ctx, d->seal_sock, max, per_host);
@@ -583,17 +595,10 @@ static int open_socket(zps_daemon_t *d)
     d->ctx = zmq_ctx_new();
     if (!d->ctx)
         return ZPS_ESOCKET;
-    d->sock = zmq_socket(d->ctx, ZMQ_ROUTER);
+    d->sock = new_router(d);
     if (!d->sock)
         return ZPS_ESOCKET;
-    int one = 1, linger = 1000, hwm = ZPS_MAX_QUEUED_REPLIES;
-    int64_t maxmsg = (int64_t)cfg->max_message_bytes;
-    zmq_setsockopt(d->sock, ZMQ_ROUTER_MANDATORY, &one, sizeof(one));
-    /* With ROUTER_MANDATORY a reply beyond the peer's queue fails at once
-     * and is dropped and counted (reply.c). */
-    zmq_setsockopt(d->sock, ZMQ_SNDHWM, &hwm, sizeof(hwm));
-    zmq_setsockopt(d->sock, ZMQ_LINGER, &linger, sizeof(linger));
-    zmq_setsockopt(d->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg));
+    int one = 1;
     uint32_t max = zps_conns_default_max();
     if (cfg->max_connections)
         max = cfg->max_connections;
