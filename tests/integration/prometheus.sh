@@ -43,15 +43,6 @@ m0=$(stat "$ep0" metrics)
 m1=$(stat "$ep1" metrics)
 [ -n "$m0" ] && [ -n "$m1" ] || fail "STATS names no metrics address: '$m0' '$m1'"
 
-# A free port for Prometheus' own web server.
-prom_port=""
-for p in $(shuf -i 20000-60000 -n 20); do
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-        prom_port=$p
-        break
-    fi
-done
-[ -n "$prom_port" ] || fail "no free port for prometheus"
 cat >"$dir/prometheus.yml" <<EOF
 global:
   scrape_interval: 1s
@@ -61,10 +52,30 @@ scrape_configs:
     static_configs:
       - targets: ['$m0', '$m1']
 EOF
-prometheus --config.file="$dir/prometheus.yml" --storage.tsdb.path="$dir/tsdb" \
-    --web.listen-address="127.0.0.1:$prom_port" --log.level=warn >"$dir/prom.log" 2>&1 &
-pids+=($!)
-prom=http://127.0.0.1:$prom_port
+# Prometheus' own web server, on a free port below the kernel's ephemeral
+# range (so no client connection can take it between the check and the
+# bind); started again on another port if it cannot bind, and waited for
+# until it says it is ready (bounded).
+prom="" prom_pid=""
+for p in $(shuf -i 20000-32000 -n 10); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then continue; fi
+    rm -rf "$dir/tsdb"
+    prometheus --config.file="$dir/prometheus.yml" --storage.tsdb.path="$dir/tsdb" \
+        --web.listen-address="127.0.0.1:$p" --log.level=warn >"$dir/prom.log" 2>&1 &
+    prom_pid=$!
+    pids+=($prom_pid)
+    for _ in $(seq 1 100); do
+        if curl -sf --max-time 2 "http://127.0.0.1:$p/-/ready" >/dev/null 2>&1; then
+            prom=http://127.0.0.1:$p
+            break 2
+        fi
+        kill -0 "$prom_pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill "$prom_pid" 2>/dev/null || true
+    wait "$prom_pid" 2>/dev/null || true
+done
+[ -n "$prom" ] || fail "prometheus did not start: $(tail -5 "$dir/prom.log")"
 
 # query EXPR : "shard value" lines for an instant query; nothing (and status
 # 0: the callers poll) while Prometheus is not answering yet
@@ -97,20 +108,20 @@ train() {
 
 quiet=$(train 1000)
 
-# Prometheus' latest samples equal STATS once they have caught up (15 s at most).
+# Prometheus' latest samples equal STATS once they have caught up (30 s at most).
 want_version="0 $(stat "$ep0" version)
 1 $(stat "$ep1" version)"
 want_buffered="0 $(stat "$ep0" buffered)
 1 $(stat "$ep1" buffered)"
 got_version="" got_buffered=""
-for _ in $(seq 1 150); do
+for _ in $(seq 1 300); do
     got_version=$(query zps_model_version)
     got_buffered=$(query zps_pushes_buffered_total)
     [ "$got_version" = "$want_version" ] && [ "$got_buffered" = "$want_buffered" ] && break
     sleep 0.1
 done
 [ "$got_version" = "$want_version" ] ||
-    fail "prometheus zps_model_version: '$got_version', zps stats: '$want_version'"
+    fail "prometheus zps_model_version: '$got_version', zps stats: '$want_version'; prometheus $(kill -0 "$prom_pid" 2>/dev/null && echo running || echo exited), its log: $(tail -5 "$dir/prom.log"); targets: $(curl -s --max-time 5 "$prom/api/v1/targets" | head -c 600)"
 [ "$got_buffered" = "$want_buffered" ] ||
     fail "prometheus zps_pushes_buffered_total: '$got_buffered', zps stats: '$want_buffered'"
 echo "prometheus agrees with zps stats: versions $(echo $got_version), buffered pushes $(echo $got_buffered)"
