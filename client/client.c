@@ -77,8 +77,8 @@ typedef struct conn {
     zps_seal_t seal;          /* SEAL_ON: the session */
     void *dsock;              /* SEAL_ON: DEALER to the server's sealed socket */
     void *dmon;               /* dsock's monitor (its drops count in `drops`) */
-    bool seal_up;             /* dsock's handshake has succeeded */
-    uint64_t seal_since_ns;   /* when the session was granted */
+    bool seal_tcp;            /* dsock has made a TCP connection */
+    uint64_t seal_wait_ns;    /* the first sealed send while dsock had none, or 0 */
     long seal_port;           /* the sealed socket's port */
 
     /* The request of the call in progress. */
@@ -239,7 +239,8 @@ static void seal_end(conn_t *k)
         zmq_close(k->dsock);
     k->dsock = NULL;
     zps_seal_wipe(&k->seal);
-    k->seal_up = false;
+    k->seal_tcp = false;
+    k->seal_wait_ns = 0;
     if (k->seal_state != SEAL_OFF && k->seal_state != SEAL_REFUSED)
         k->seal_state = SEAL_WANTED;
 }
@@ -247,13 +248,16 @@ static void seal_end(conn_t *k)
 /*
  * A sealed socket that no connection reaches (a firewall lets the CURVE
  * port through and not the other) must not hold requests until their
- * deadline: after SEAL_CONNECT_MS without a handshake, CURVE carries
- * everything, and what was sent sealed goes again.
+ * deadline: when SEAL_CONNECT_MS after the first sealed send no TCP
+ * connection was made, CURVE carries everything, and what was sent sealed
+ * goes again (a retry, should it have arrived after all). A server that is
+ * merely stopped or slow still has its kernel accept the connection: that
+ * is no reason to give up the session.
  */
 static void seal_check_reached(conn_t *k, uint64_t now)
 {
-    if (k->seal_state != SEAL_ON || k->seal_up ||
-        now - k->seal_since_ns < SEAL_CONNECT_MS * 1000000ull)
+    if (k->seal_state != SEAL_ON || k->seal_tcp || k->seal_wait_ns == 0 ||
+        now - k->seal_wait_ns < SEAL_CONNECT_MS * 1000000ull)
         return;
     zps_warn("%s: its sealed socket (port %ld) did not answer within %d ms: CURVE carries "
              "everything (is the port filtered? docs/security.md)",
@@ -300,8 +304,8 @@ static void read_monitor(conn_t *k)
     while (k->dmon && (event = monitor_event(k->dmon)) != 0) {
         if (event == ZMQ_EVENT_DISCONNECTED)
             k->drops++;
-        else if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED)
-            k->seal_up = true;
+        else if (event == ZMQ_EVENT_CONNECTED)
+            k->seal_tcp = true;
     }
     while (k->mon && (event = monitor_event(k->mon)) != 0) {
         if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
@@ -449,8 +453,7 @@ static void seal_granted(zps_client_t *c, conn_t *k, zps_message_t *m)
     if (k->dsock) {
         zmq_setsockopt(k->dsock, ZMQ_LINGER, &linger, sizeof(linger));
         allow_ipv6(k->dsock, where);
-        k->dmon =
-            attach_monitor(c, k, k->dsock, ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED);
+        k->dmon = attach_monitor(c, k, k->dsock, ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECTED);
     }
     if (!k->dsock || zmq_connect(k->dsock, where) != 0) {
         zps_warn("%s: cannot connect to its sealed socket %s: CURVE carries everything",
@@ -460,8 +463,7 @@ static void seal_granted(zps_client_t *c, conn_t *k, zps_message_t *m)
         return;
     }
     k->seal_state = SEAL_ON;
-    k->seal_up = !k->dmon; /* without a monitor, trust it */
-    k->seal_since_ns = zps_now_ns();
+    k->seal_tcp = !k->dmon; /* without a monitor, trust it */
     k->seal_port = port;
     zps_debug("%s: sealed session on %s (%s)", k->endpoint, where, zps_seal_cipher_name(cipher));
 }
@@ -738,6 +740,8 @@ static int send_request(zps_client_t *c, conn_t *k)
             set_error(c, "%s: send failed: %s", k->endpoint, zmq_strerror(zmq_errno()));
         if (rc == 0)
             k->drops_at_send = k->drops;
+        if (rc == 0 && !k->seal_tcp && k->seal_wait_ns == 0)
+            k->seal_wait_ns = zps_now_ns();
         return rc;
     }
     zps_wire_free_fn *ffn = NULL;
@@ -1055,9 +1059,9 @@ static int exchange(zps_client_t *c, bool all)
             }
             if (k->resend_at_ns < wake)
                 wake = k->resend_at_ns;
-            if (k->seal_state == SEAL_ON && !k->seal_up &&
-                k->seal_since_ns + SEAL_CONNECT_MS * 1000000ull < wake)
-                wake = k->seal_since_ns + SEAL_CONNECT_MS * 1000000ull;
+            if (k->seal_state == SEAL_ON && !k->seal_tcp && k->seal_wait_ns &&
+                k->seal_wait_ns + SEAL_CONNECT_MS * 1000000ull < wake)
+                wake = k->seal_wait_ns + SEAL_CONNECT_MS * 1000000ull;
             c->items[n].socket = k->sock;
             c->items[n].fd = 0;
             c->items[n].events = ZMQ_POLLIN;

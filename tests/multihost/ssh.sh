@@ -165,7 +165,8 @@ wait_for_step crash
 t_kill=$(mh_now)
 # Every process on host 2 (netns.sh's namespace of it): its sshd and worker 3.
 disown "${sshd_pid[2]}" 2>/dev/null || true # (bash would report its death)
-ip netns pids "${mh_ns[2]}" | xargs -r kill -KILL
+# (A process may end between the listing and the kill: not an error.)
+for pid in $(ip netns pids "${mh_ns[2]}"); do kill -KILL "$pid" 2>/dev/null || true; done
 mh_wait_pid "$crash_pid" 30
 [ "$mh_rc" -eq 1 ] || mh_fail "zps launch exited $mh_rc after host 2 died: $(tail -8 "$d/crash.log")"
 grep -q "worker 3 .*lost its ssh connection to ${mh_addr[2]}" "$d/crash.log" ||
