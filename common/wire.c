@@ -649,6 +649,22 @@ int zps_wire_send_sealed(void *sock, const zps_peer_t *peer, zps_header_t *hdr,
     return send_sealed(sock, peer, hdr, payload, bytes, seal, flags);
 }
 
+int zps_wire_send_seal_unknown(void *sock, const zps_peer_t *peer, const unsigned char *id)
+{
+    zmq_msg_t m;
+    if (zmq_msg_init_size(&m, peer->len) != 0)
+        return ZPS_ENOMEM;
+    memcpy(zmq_msg_data(&m), peer->id, peer->len);
+    int rc = send_frame(sock, &m, ZMQ_SNDMORE | ZMQ_DONTWAIT);
+    if (rc)
+        return rc;
+    if (zmq_msg_init_size(&m, ZPS_SEAL_UNKNOWN_BYTES) != 0)
+        return ZPS_ENOMEM;
+    memcpy(zmq_msg_data(&m), ZPS_SEAL_UNKNOWN, 4);
+    memcpy((char *)zmq_msg_data(&m) + 4, id, ZPS_SEAL_ID_BYTES);
+    return send_frame(sock, &m, 0);
+}
+
 int zps_wire_send_msg_sealed(void *sock, const zps_peer_t *peer, zps_header_t *hdr,
                              zmq_msg_t *payload, struct zps_seal *seal, int flags)
 {

@@ -250,6 +250,13 @@ int zps_wire_send_sealed(void *sock, const zps_peer_t *peer, zps_header_t *hdr,
 int zps_wire_send_msg_sealed(void *sock, const zps_peer_t *peer, zps_header_t *hdr,
                              zmq_msg_t *payload, struct zps_seal *seal, int flags);
 
+/*
+ * Sends the server's notice, in the clear, that it knows no session of the
+ * 16-byte `id` (seal.h, ZPS_SEAL_UNKNOWN) to `peer` (a ROUTER's). Never
+ * blocks. Returns 0, ZPS_EAGAIN, ZPS_ENOMEM or ZPS_ESOCKET.
+ */
+int zps_wire_send_seal_unknown(void *sock, const zps_peer_t *peer, const unsigned char *id);
+
 /* True when all `count` values are finite; *first_bad gets the index of the first that is not. */
 bool zps_all_finite(const float *v, size_t count, size_t *first_bad);
 

@@ -273,20 +273,9 @@ static struct zps_seal *find_session(void *arg, const unsigned char *id, zps_pee
 static void refuse_sealed(zps_daemon_t *d, zps_message_t *m)
 {
     d->sessions.refused++;
-    if (m->seal_unknown && m->has_peer) {
-        zmq_msg_t f;
-        if (zmq_msg_init_size(&f, m->peer.len) == 0) {
-            memcpy(zmq_msg_data(&f), m->peer.id, m->peer.len);
-            if (zmq_msg_send(&f, d->seal_sock, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
-                zmq_msg_close(&f);
-            } else if (zmq_msg_init_size(&f, 4 + ZPS_SEAL_ID_BYTES) == 0) {
-                memcpy(zmq_msg_data(&f), ZPS_SEAL_UNKNOWN, 4);
-                memcpy((char *)zmq_msg_data(&f) + 4, m->seal_id, ZPS_SEAL_ID_BYTES);
-                if (zmq_msg_send(&f, d->seal_sock, 0) < 0)
-                    zmq_msg_close(&f);
-            }
-        }
-    }
+    /* Best effort: a notice that cannot be queued now is not worth keeping. */
+    if (m->seal_unknown && m->has_peer)
+        (void)zps_wire_send_seal_unknown(d->seal_sock, &m->peer, m->seal_id);
     if (d->sessions.refused <= 10 || d->sessions.refused % 1000 == 0)
         zps_warn("sealed message from %s refused (%llu so far): %s",
                  m->peer.fd >= 0 ? "a connection" : "a peer",
