@@ -539,6 +539,9 @@ int zps_wire_recv_sealed(void *sock, int flags, bool router, bool verify,
         count_frame(msg, zmq_msg_size(&msg->payload));
         if (has_more(sock)) {
             if (zmq_msg_recv(&tags, sock, 0) < 0) {
+                /* ZPS_ESOCKET: the caller closes nothing. */
+                zmq_msg_close(&msg->payload);
+                msg->has_payload = false;
                 zmq_msg_close(&head);
                 zmq_msg_close(&tags);
                 return ZPS_ESOCKET;
