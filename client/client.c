@@ -36,6 +36,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "bf16.h"
 #include "error.h"
 #include "json.h"
 #include "keys.h"
@@ -83,10 +84,12 @@ typedef struct conn {
 
     /* The request of the call in progress. */
     zps_header_t req;
-    const float *payload; /* slice to send, or NULL */
-    size_t count;
-    bool active;  /* takes part in the call in progress */
-    bool pending; /* no reply yet */
+    const void *payload; /* slice to send (float32, or bfloat16 with ZPS_FLAG_BF16), or NULL */
+    size_t count;        /* its elements */
+    uint16_t *narrow;    /* wire_bf16: the bfloat16 slice of the push in progress */
+    size_t narrow_cap;   /* its elements */
+    bool active;         /* takes part in the call in progress */
+    bool pending;        /* no reply yet */
     uint64_t resend_at_ns;
     int backoff_ms;
     zps_message_t reply;
@@ -123,6 +126,11 @@ struct zps_client {
     uint64_t fingerprint; /* the configuration every shard reported; 0: not known (yet) */
     const char *call;     /* what wait records name the requests of this exchange after
                            * (NULL: their own type) */
+
+    /* wire_bf16: what rounding left out of each element of the pushed
+     * gradients, added to the next push (error feedback, bf16.h). */
+    float *resid;
+    uint64_t resid_n;
 
     pthread_mutex_t mu;
     pthread_cond_t released;
@@ -650,6 +658,10 @@ void zps_client_free(zps_client_t *c)
     }
     if (c->ctx)
         zmq_ctx_term(c->ctx);
+    /* ZeroMQ holds none of them now. */
+    for (size_t i = 0; i < c->nconns; i++)
+        free(c->conns[i].narrow);
+    free(c->resid);
     pthread_cond_destroy(&c->released);
     pthread_mutex_destroy(&c->mu);
     free(c->conns);
@@ -791,6 +803,8 @@ static void begin(zps_client_t *c, enum zps_msg_type type)
         /* What changes a shard says which configuration it was agreed for. */
         if (type == ZPS_MSG_INIT || type == ZPS_MSG_PUSH)
             k->req.config_fingerprint = c->fingerprint;
+        if (c->opts.wire_bf16 && (type == ZPS_MSG_PULL || type == ZPS_MSG_PUSH))
+            k->req.flags |= ZPS_FLAG_BF16;
     }
 }
 
@@ -1152,13 +1166,61 @@ static int sum_slices(zps_client_t *c, const char *what)
 {
     for (size_t i = 0; i < c->nconns; i++) {
         conn_t *k = &c->conns[i];
+        const float *v = k->payload;
         size_t bad;
-        k->req.checksum = zps_crc_scan(k->payload, k->count, &bad);
+        k->req.checksum = zps_crc_scan(v, k->count, &bad);
         if (bad < k->count) {
             set_error(c, "%s %llu is %g: nothing was sent", what,
-                      (unsigned long long)(k->req.offset + bad), (double)k->payload[bad]);
+                      (unsigned long long)(k->req.offset + bad), (double)v[bad]);
             return ZPS_ENONFINITE;
         }
+    }
+    return 0;
+}
+
+/*
+ * As sum_slices for a bfloat16 push (wire_bf16): every value is checked
+ * finite first, so that a refused gradient changes nothing; then each
+ * shard's slice, with the residual of the earlier pushes added, is rounded
+ * into its bfloat16 buffer (which becomes the payload) and checksummed, and
+ * the residual keeps what the rounding left out. n: the model's elements.
+ */
+static int narrow_slices(zps_client_t *c, uint64_t n, const char *what)
+{
+    for (size_t i = 0; i < c->nconns; i++) {
+        conn_t *k = &c->conns[i];
+        const float *v = k->payload;
+        size_t bad;
+        if (!zps_all_finite(v, k->count, &bad)) {
+            set_error(c, "%s %llu is %g: nothing was sent", what,
+                      (unsigned long long)(k->req.offset + bad), (double)v[bad]);
+            return ZPS_ENONFINITE;
+        }
+    }
+    if (c->resid_n != n) {
+        /* A model of another size: nothing of the old one carries over. */
+        free(c->resid);
+        c->resid_n = 0;
+        c->resid = calloc((size_t)n, sizeof(float));
+        if (!c->resid)
+            return ZPS_ENOMEM;
+        c->resid_n = n;
+    }
+    for (size_t i = 0; i < c->nconns; i++) {
+        conn_t *k = &c->conns[i];
+        if (k->narrow_cap < k->count) {
+            uint16_t *b = realloc(k->narrow, k->count * sizeof(uint16_t));
+            if (!b)
+                return ZPS_ENOMEM;
+            k->narrow = b;
+            k->narrow_cap = k->count;
+        }
+    }
+    for (size_t i = 0; i < c->nconns; i++) {
+        conn_t *k = &c->conns[i];
+        k->req.checksum =
+            zps_bf16_narrow_feedback(k->narrow, k->payload, c->resid + k->req.offset, k->count);
+        k->payload = k->narrow;
     }
     return 0;
 }
@@ -1567,7 +1629,8 @@ static int prepare_push(zps_client_t *c, uint64_t clock, const float *grad, uint
 {
     begin(c, ZPS_MSG_PUSH);
     attach_slices(c, grad, n);
-    int rc = sum_slices(c, "gradient element");
+    int rc = c->opts.wire_bf16 ? narrow_slices(c, n, "gradient element")
+                               : sum_slices(c, "gradient element");
     if (rc)
         return rc;
     for (size_t i = 0; i < c->nconns; i++) {

@@ -82,6 +82,13 @@ typedef struct zps_client_opts {
      * server that grants none (--no-seal, an older one) is used over CURVE
      * alone. `no_seal` keeps every byte on CURVE. */
     bool no_seal;
+    /* Gradients and parameters travel as bfloat16 (common/bf16.h): half
+     * the bytes, for links slower than memory. A push's gradient is rounded
+     * with error feedback: the client keeps, per element, what rounding
+     * left out and adds it to its next push, so the rounding does not
+     * accumulate over clocks. Pulls and exchanges return the server's
+     * float32 parameters rounded to bfloat16. INIT always sends float32. */
+    bool wire_bf16;
     uint8_t curve_public_key[32];
     uint8_t curve_secret_key[32];
     uint8_t curve_server_key[32];

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16.h"
 #include "checksum.h"
 #include "error.h"
 #include "seal.h"
@@ -255,6 +256,35 @@ static int recv_message(void *sock, int flags, bool router, bool verify, zps_mes
     return judge(msg, verify);
 }
 
+/*
+ * Replaces a bfloat16 payload by its float32 values, checking its checksum
+ * and scanning the values in the same pass.
+ */
+static int widen(zps_message_t *msg)
+{
+    size_t n = (size_t)msg->hdr.length;
+    zmq_msg_t wide;
+    if (zmq_msg_init_size(&wide, n * sizeof(float)) != 0)
+        return ZPS_ENOMEM;
+    size_t bad;
+    float mx;
+    uint32_t crc =
+        zps_bf16_widen_scan(zmq_msg_data(&wide), zmq_msg_data(&msg->payload), n, &bad, &mx);
+    if (crc != msg->hdr.checksum) {
+        zmq_msg_close(&wide);
+        return ZPS_ECHECKSUM;
+    }
+    zmq_msg_close(&msg->payload);
+    zmq_msg_init(&msg->payload);
+    zmq_msg_move(&msg->payload, &wide);
+    zmq_msg_close(&wide);
+    msg->narrow = false;
+    msg->scanned = true;
+    msg->first_nonfinite = bad;
+    msg->abs_max = mx;
+    return 0;
+}
+
 /* Judges a message consumed whole, most basic fault first. */
 static int judge(zps_message_t *msg, bool verify)
 {
@@ -266,8 +296,13 @@ static int judge(zps_message_t *msg, bool verify)
         return ZPS_EFRAMES;
     if (msg->has_payload) {
         size_t bytes = zmq_msg_size(&msg->payload);
-        if (msg->hdr.length > SIZE_MAX / sizeof(float) || bytes != msg->hdr.length * sizeof(float))
+        size_t elem = zps_wire_elem_bytes(&msg->hdr);
+        if (msg->hdr.length > SIZE_MAX / sizeof(float) || bytes != msg->hdr.length * elem)
             return ZPS_ELENGTH;
+        if (elem != sizeof(float)) {
+            msg->narrow = true;
+            return verify ? widen(msg) : 0;
+        }
         if (verify) {
             size_t bad;
             float mx;
@@ -298,8 +333,9 @@ int zps_message_copy_verified(zps_message_t *msg, float *dst)
 {
     if (!msg->has_payload)
         return 0;
-    uint32_t crc =
-        zps_crc32c_copy(0, dst, zmq_msg_data(&msg->payload), msg->hdr.length * sizeof(float));
+    uint32_t crc = msg->narrow ? zps_bf16_widen(dst, zmq_msg_data(&msg->payload), msg->hdr.length)
+                               : zps_crc32c_copy(0, dst, zmq_msg_data(&msg->payload),
+                                                 msg->hdr.length * sizeof(float));
     return crc == msg->hdr.checksum ? 0 : ZPS_ECHECKSUM;
 }
 
@@ -346,7 +382,7 @@ int zps_wire_send_msg(void *sock, const zps_peer_t *peer, zps_header_t *hdr, zmq
     bool more = zps_wire_wants_payload(hdr);
     /* Without a payload, `length` keeps its own meaning (a PULL's expected range). */
     if (more)
-        hdr->length = zmq_msg_size(payload) / sizeof(float);
+        hdr->length = zmq_msg_size(payload) / zps_wire_elem_bytes(hdr);
     else
         hdr->checksum = 0;
     int rc = send_head(sock, peer, hdr, more, flags);
@@ -358,7 +394,7 @@ int zps_wire_send_msg(void *sock, const zps_peer_t *peer, zps_header_t *hdr, zmq
 }
 
 /* zps_wire_send and zps_wire_send_summed: `summed` says hdr->checksum is already the payload's. */
-static int send_floats(void *sock, const zps_peer_t *peer, zps_header_t *hdr, const float *payload,
+static int send_values(void *sock, const zps_peer_t *peer, zps_header_t *hdr, const void *payload,
                        size_t count, zps_wire_free_fn *ffn, void *hint, int flags, bool summed)
 {
     zmq_msg_t m;
@@ -368,7 +404,7 @@ static int send_floats(void *sock, const zps_peer_t *peer, zps_header_t *hdr, co
         zmq_msg_init(&m);
         return zps_wire_send_msg(sock, peer, hdr, &m, flags);
     }
-    size_t bytes = count * sizeof(float);
+    size_t bytes = count * zps_wire_elem_bytes(hdr);
     if (ffn && bytes > 0) {
         if (!summed)
             hdr->checksum = zps_crc32c(0, payload, bytes);
@@ -387,17 +423,16 @@ static int send_floats(void *sock, const zps_peer_t *peer, zps_header_t *hdr, co
     return zps_wire_send_msg(sock, peer, hdr, &m, flags);
 }
 
-int zps_wire_send(void *sock, const zps_peer_t *peer, zps_header_t *hdr, const float *payload,
+int zps_wire_send(void *sock, const zps_peer_t *peer, zps_header_t *hdr, const void *payload,
                   size_t count, zps_wire_free_fn *ffn, void *hint, int flags)
 {
-    return send_floats(sock, peer, hdr, payload, count, ffn, hint, flags, false);
+    return send_values(sock, peer, hdr, payload, count, ffn, hint, flags, false);
 }
 
-int zps_wire_send_summed(void *sock, const zps_peer_t *peer, zps_header_t *hdr,
-                         const float *payload, size_t count, zps_wire_free_fn *ffn, void *hint,
-                         int flags)
+int zps_wire_send_summed(void *sock, const zps_peer_t *peer, zps_header_t *hdr, const void *payload,
+                         size_t count, zps_wire_free_fn *ffn, void *hint, int flags)
 {
-    return send_floats(sock, peer, hdr, payload, count, ffn, hint, flags, true);
+    return send_values(sock, peer, hdr, payload, count, ffn, hint, flags, true);
 }
 
 uint32_t zps_crc_scan(const float *v, size_t count, size_t *first_bad)
@@ -636,13 +671,12 @@ static int send_sealed(void *sock, const zps_peer_t *peer, const zps_header_t *h
     return rc;
 }
 
-int zps_wire_send_sealed(void *sock, const zps_peer_t *peer, zps_header_t *hdr,
-                         const float *payload, size_t count, bool summed, struct zps_seal *seal,
-                         int flags)
+int zps_wire_send_sealed(void *sock, const zps_peer_t *peer, zps_header_t *hdr, const void *payload,
+                         size_t count, bool summed, struct zps_seal *seal, int flags)
 {
     size_t bytes = 0;
     if (zps_wire_wants_payload(hdr)) {
-        bytes = count * sizeof(float);
+        bytes = count * zps_wire_elem_bytes(hdr);
         hdr->length = count;
         if (!summed)
             hdr->checksum = zps_crc32c(0, payload, bytes);
@@ -674,7 +708,7 @@ int zps_wire_send_msg_sealed(void *sock, const zps_peer_t *peer, zps_header_t *h
     size_t bytes = 0;
     if (zps_wire_wants_payload(hdr)) {
         bytes = zmq_msg_size(payload);
-        hdr->length = bytes / sizeof(float);
+        hdr->length = bytes / zps_wire_elem_bytes(hdr);
     } else {
         hdr->checksum = 0;
     }

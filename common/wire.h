@@ -54,6 +54,9 @@ enum {
                                   * clock, carrying the push's flags (one exchange per clock) */
     ZPS_FLAG_TAKEN = 1u << 7,    /* reply to an exchange: its push was taken (an error reply
                                   * too: then the pull failed after the push was taken) */
+    ZPS_FLAG_BF16 = 1u << 8,     /* the payload frame holds `length` bfloat16 values (bf16.h),
+                                  * not float32; on a PULL or PUSH request: its reply's
+                                  * parameters are wanted as bfloat16 too */
 };
 
 #define ZPS_ERROR_TEXT_MAX 256
@@ -86,6 +89,12 @@ typedef struct zps_header {
     const char *json; /* send: borrowed, may be NULL; recv: owned by the zps_message_t */
 } zps_header_t;
 
+/* Bytes per payload element: 2 for a bfloat16 payload (ZPS_FLAG_BF16), else 4. */
+static inline size_t zps_wire_elem_bytes(const zps_header_t *hdr)
+{
+    return (hdr->flags & ZPS_FLAG_BF16) ? 2 : 4;
+}
+
 /* A ROUTER socket's routing id for one peer, and the connection it used. */
 typedef struct zps_peer {
     size_t len;
@@ -106,9 +115,15 @@ typedef struct zps_message {
     zps_peer_t peer; /* set on ROUTER sockets, even when the message is bad */
     bool has_peer;
     bool has_payload;
-    zmq_msg_t payload; /* valid when has_payload; the float32 values, 4-byte aligned */
-    char *json;        /* owned copy of hdr.json, or NULL */
-    uint64_t bytes;    /* bytes of all frames, for the byte counters */
+    zmq_msg_t payload; /* valid when has_payload; the float32 values, 4-byte aligned (the
+                        * bfloat16 values as received while `narrow`) */
+    /* The payload is still the bfloat16 frame (ZPS_FLAG_BF16) of a message
+     * received with zps_wire_recv_deferred: zps_message_copy_verified widens
+     * it. zps_wire_recv widens a bfloat16 payload on receipt (hdr.flags keeps
+     * the bit: the sender wants bfloat16 back). */
+    bool narrow;
+    char *json;     /* owned copy of hdr.json, or NULL */
+    uint64_t bytes; /* bytes of all frames, for the byte counters */
     /* Bytes it took on a ZMTP connection: its frames with their headers,
      * the routing id (added by the ROUTER) excluded. */
     uint64_t wire_bytes;
@@ -158,18 +173,19 @@ int zps_wire_recv_deferred(void *sock, int flags, bool router, zps_message_t *ms
 
 /*
  * Copies the payload of a message received with zps_wire_recv_deferred to
- * dst (hdr.length floats) while computing its checksum. Returns 0, or
- * ZPS_ECHECKSUM when it does not match (dst then holds untrusted bytes).
+ * dst (hdr.length floats, widened from bfloat16 when the message is
+ * `narrow`) while computing its checksum. Returns 0, or ZPS_ECHECKSUM when
+ * it does not match (dst then holds untrusted bytes).
  */
 int zps_message_copy_verified(zps_message_t *msg, float *dst);
 
 /* Releases what a received message holds. Safe to call twice. */
 void zps_message_close(zps_message_t *msg);
 
-/* The payload of a received message as floats (NULL when it has none). */
+/* The payload of a received message as floats (NULL when it has none, or it is still bfloat16). */
 static inline const float *zps_message_floats(zps_message_t *msg)
 {
-    return msg->has_payload ? (const float *)zmq_msg_data(&msg->payload) : NULL;
+    return msg->has_payload && !msg->narrow ? (const float *)zmq_msg_data(&msg->payload) : NULL;
 }
 
 /* Called by ZeroMQ's I/O thread when it no longer needs a zero-copy payload. */
@@ -177,7 +193,8 @@ typedef void zps_wire_free_fn(void *data, void *hint);
 
 /*
  * Sends one message: `peer` first when non-NULL (ROUTER), then the header,
- * then the payload of `count` floats when zps_wire_wants_payload(hdr).
+ * then the payload of `count` elements when zps_wire_wants_payload(hdr):
+ * float32 values, or bfloat16 ones when hdr->flags has ZPS_FLAG_BF16.
  * Sets hdr->length and hdr->checksum from the payload.
  *
  * Payload ownership: when `ffn` is NULL the floats are copied before the call
@@ -189,7 +206,7 @@ typedef void zps_wire_free_fn(void *data, void *hint);
  * zero-copy buffer has then been released through ffn), ZPS_EINVAL for a
  * header that cannot be packed, or ZPS_ESOCKET.
  */
-int zps_wire_send(void *sock, const zps_peer_t *peer, zps_header_t *hdr, const float *payload,
+int zps_wire_send(void *sock, const zps_peer_t *peer, zps_header_t *hdr, const void *payload,
                   size_t count, zps_wire_free_fn *ffn, void *hint, int flags);
 
 /*
@@ -198,9 +215,8 @@ int zps_wire_send(void *sock, const zps_peer_t *peer, zps_header_t *hdr, const f
  * value is finite): a zero-copy payload (ffn non-NULL) is not read here.
  * With ffn NULL the payload is copied and its checksum computed as usual.
  */
-int zps_wire_send_summed(void *sock, const zps_peer_t *peer, zps_header_t *hdr,
-                         const float *payload, size_t count, zps_wire_free_fn *ffn, void *hint,
-                         int flags);
+int zps_wire_send_summed(void *sock, const zps_peer_t *peer, zps_header_t *hdr, const void *payload,
+                         size_t count, zps_wire_free_fn *ffn, void *hint, int flags);
 
 /*
  * As zps_wire_send, with the payload already in a ZeroMQ message (for
@@ -239,9 +255,8 @@ int zps_wire_recv_sealed(void *sock, int flags, bool router, bool verify,
  * session's next counter. The payload is encrypted into a message of its
  * own: the caller's buffer is free when the call returns.
  */
-int zps_wire_send_sealed(void *sock, const zps_peer_t *peer, zps_header_t *hdr,
-                         const float *payload, size_t count, bool summed, struct zps_seal *seal,
-                         int flags);
+int zps_wire_send_sealed(void *sock, const zps_peer_t *peer, zps_header_t *hdr, const void *payload,
+                         size_t count, bool summed, struct zps_seal *seal, int flags);
 
 /*
  * As zps_wire_send_msg, sealed: the payload message (possibly shared with

@@ -107,6 +107,9 @@ typedef struct zps_daemon {
 
     zps_reply_cache_t reply_cache;    /* pull payloads for workers */
     zps_reply_cache_t observer_cache; /* pull payloads for observers (worker -1) */
+    /* The same in bfloat16, for the clients that ask for it (ZPS_FLAG_BF16). */
+    zps_reply_cache_t reply_cache16;
+    zps_reply_cache_t observer_cache16;
     zps_ckpt_queue_t ckpts;
 } zps_daemon_t;
 

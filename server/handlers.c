@@ -485,7 +485,7 @@ void zps_handle_push(zps_daemon_t *d, zps_request_t *r)
     zps_header_t pull = *req;
     pull.type = ZPS_MSG_PULL;
     pull.clock = req->clock + 1;
-    pull.flags = 0;
+    pull.flags = req->flags & ZPS_FLAG_BF16; /* the parameters as the gradient came */
     pull.json = NULL;
     /* Every reply to it, an error of its pull too, says the push was taken. */
     uint32_t carry =

@@ -44,8 +44,15 @@ void zps_reply_send(zps_daemon_t *d, const zps_request_t *r, zps_header_t *h)
     }
     if (zps_wire_wants_payload(h)) {
         /* Observers have a cache of their own: replies they leave unread
-         * cannot hold the copies the workers' pulls need. */
-        zps_reply_cache_t *cache = h->worker < 0 ? &d->observer_cache : &d->reply_cache;
+         * cannot hold the copies the workers' pulls need. A client that
+         * asks for bfloat16 gets the parameters rounded, from caches of
+         * their own. */
+        bool bf16 = (r->hdr->flags & ZPS_FLAG_BF16) != 0;
+        zps_reply_cache_t *cache = h->worker < 0
+                                       ? (bf16 ? &d->observer_cache16 : &d->observer_cache)
+                                       : (bf16 ? &d->reply_cache16 : &d->reply_cache);
+        if (bf16)
+            h->flags |= ZPS_FLAG_BF16;
         zmq_msg_t m;
         int got = zps_reply_cache_get(cache, d->store.params, d->store.len,
                                       zps_consistency_version(d->consistency), &m, &h->checksum);

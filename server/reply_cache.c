@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16.h"
 #include "checksum.h"
 #include "error.h"
 
@@ -23,9 +24,10 @@ static void fresh_released(void *data, void *hint)
     atomic_fetch_sub_explicit(&((zps_reply_cache_t *)hint)->fresh, 1, memory_order_release);
 }
 
-void zps_reply_cache_init(zps_reply_cache_t *c, size_t pool, size_t max_copies)
+void zps_reply_cache_init(zps_reply_cache_t *c, size_t pool, size_t max_copies, bool bf16)
 {
     memset(c, 0, sizeof(*c));
+    c->bf16 = bf16;
     for (int i = 0; i < ZPS_REPLY_POOL; i++)
         atomic_init(&c->pool[i].busy, false);
     atomic_init(&c->fresh, 0);
@@ -49,7 +51,13 @@ void zps_reply_cache_fini(zps_reply_cache_t *c)
     }
 }
 
-/* A free pooled buffer of n floats, marked busy, or NULL when all are in flight. */
+/* Bytes of one element of c's copies. */
+static size_t elem_bytes(const zps_reply_cache_t *c)
+{
+    return c->bf16 ? sizeof(uint16_t) : sizeof(float);
+}
+
+/* A free pooled buffer of n elements, marked busy, or NULL when all are in flight. */
 static zps_reply_buf_t *buf_take(zps_reply_cache_t *c, size_t n)
 {
     for (size_t i = 0; i < c->pool_size && n > 0; i++) {
@@ -58,7 +66,7 @@ static zps_reply_buf_t *buf_take(zps_reply_cache_t *c, size_t n)
             continue;
         if (b->cap < n) {
             free(b->data);
-            b->data = aligned_alloc(64, (n * sizeof(float) + 63) & ~(size_t)63);
+            b->data = aligned_alloc(64, (n * elem_bytes(c) + 63) & ~(size_t)63);
             b->cap = b->data ? n : 0;
         }
         if (b->data) {
@@ -70,9 +78,9 @@ static zps_reply_buf_t *buf_take(zps_reply_cache_t *c, size_t n)
 }
 
 /* A message around pooled buffer b (which it returns when sent); b is freed on failure. */
-static int buf_msg(zps_reply_buf_t *b, size_t len, zmq_msg_t *msg)
+static int buf_msg(const zps_reply_cache_t *c, zps_reply_buf_t *b, size_t len, zmq_msg_t *msg)
 {
-    if (zmq_msg_init_data(msg, b->data, len * sizeof(float), reply_buf_released, b) == 0)
+    if (zmq_msg_init_data(msg, b->data, len * elem_bytes(c), reply_buf_released, b) == 0)
         return 0;
     atomic_store(&b->busy, false);
     return ZPS_ENOMEM;
@@ -86,11 +94,11 @@ static int fresh_msg(zps_reply_cache_t *c, size_t n, zmq_msg_t *msg)
     /* Only this thread adds copies; the I/O thread only removes them. */
     if (c->pool_size + atomic_load_explicit(&c->fresh, memory_order_acquire) >= c->max_copies)
         return ZPS_EBUSY;
-    void *data = malloc(n * sizeof(float));
+    void *data = malloc(n * elem_bytes(c));
     if (!data)
         return ZPS_ENOMEM;
     atomic_fetch_add(&c->fresh, 1);
-    if (zmq_msg_init_data(msg, data, n * sizeof(float), fresh_released, c) != 0) {
+    if (zmq_msg_init_data(msg, data, n * elem_bytes(c), fresh_released, c) != 0) {
         free(data);
         atomic_fetch_sub(&c->fresh, 1);
         return ZPS_ENOMEM;
@@ -119,7 +127,7 @@ int zps_reply_cache_get(zps_reply_cache_t *c, const float *params, size_t len, u
         zps_reply_buf_t *b = buf_take(c, len);
         zmq_msg_t fresh;
         if (b) {
-            if (buf_msg(b, len, &fresh) != 0)
+            if (buf_msg(c, b, len, &fresh) != 0)
                 return ZPS_ENOMEM;
         } else {
             /* Every pooled buffer is still on its way out to slow readers. A
@@ -131,7 +139,8 @@ int zps_reply_cache_get(zps_reply_cache_t *c, const float *params, size_t len, u
                 return rc;
         }
         install(c, &fresh, version,
-                zps_crc32c_copy(0, zmq_msg_data(&fresh), params, len * sizeof(float)));
+                c->bf16 ? zps_bf16_narrow(zmq_msg_data(&fresh), params, len)
+                        : zps_crc32c_copy(0, zmq_msg_data(&fresh), params, len * sizeof(float)));
     }
     zmq_msg_init(m);
     if (zmq_msg_copy(m, &c->msg) != 0)
@@ -150,6 +159,6 @@ void zps_reply_cache_fill(zps_reply_cache_t *c, zps_reply_buf_t *b, size_t len, 
                           uint32_t crc)
 {
     zmq_msg_t fresh;
-    if (buf_msg(b, len, &fresh) == 0)
+    if (buf_msg(c, b, len, &fresh) == 0)
         install(c, &fresh, version, crc);
 }

@@ -18,7 +18,8 @@
  * cache's max_copies in all; beyond that a pull of a new version is refused
  * (ZPS_EBUSY) instead of allocating. The server keeps two caches, one for
  * workers and one for observers, so observers that do not read cannot take
- * the workers' copies (reply.c).
+ * the workers' copies (reply.c), and the same two again for clients that
+ * ask for the parameters in bfloat16 (ZPS_FLAG_BF16), at half the bytes.
  *
  * Not here: sending the replies (reply.c), the parameters themselves
  * (store.h), when a version changes (consistency/). Every function runs on
@@ -47,8 +48,8 @@
 
 /* One pooled buffer; busy while a message built on it may still be sent. */
 typedef struct zps_reply_buf {
-    float *data; /* 64-byte aligned */
-    size_t cap;  /* floats */
+    void *data; /* 64-byte aligned: float32 values, or bfloat16 in a bf16 cache */
+    size_t cap; /* elements */
     atomic_bool busy;
 } zps_reply_buf_t;
 
@@ -61,14 +62,17 @@ typedef struct zps_reply_cache {
     bool cached;
     uint64_t version; /* of the cached payload */
     uint32_t crc;     /* its CRC32C */
+    bool bf16;        /* its copies are bfloat16 (ZPS_FLAG_BF16 replies), not float32 */
 } zps_reply_cache_t;
 
 /*
  * An empty cache that keeps up to `pool` reusable buffers (at most
  * ZPS_REPLY_POOL) and lets at most max_copies (>= pool) copies of the
  * parameters exist at once. Nothing is allocated until a pull needs it.
+ * `bf16`: its copies are the parameters rounded to bfloat16 (bf16.h), half
+ * the bytes, for the clients that ask for them.
  */
-void zps_reply_cache_init(zps_reply_cache_t *c, size_t pool, size_t max_copies);
+void zps_reply_cache_init(zps_reply_cache_t *c, size_t pool, size_t max_copies, bool bf16);
 
 /*
  * Drops the cached payload (the cache's reference to it); its buffer returns
@@ -83,8 +87,9 @@ void zps_reply_cache_drop(zps_reply_cache_t *c);
 void zps_reply_cache_fini(zps_reply_cache_t *c);
 
 /*
- * The pull payload of `version`: params[len] (float32), copied and
- * checksummed unless the cache holds that version already. On success *m is
+ * The pull payload of `version`: params[len] (float32), copied (or rounded
+ * to bfloat16, in a bf16 cache) and checksummed unless the cache holds that
+ * version already. On success *m is
  * a new message referring to the shared copy (the caller sends or closes
  * it) and *crc its CRC32C; returns 0, ZPS_EBUSY when a new copy is needed
  * and max_copies are alive (all still queued for peers), or ZPS_ENOMEM (*m
@@ -96,8 +101,8 @@ int zps_reply_cache_get(zps_reply_cache_t *c, const float *params, size_t len, u
 /*
  * For a step that writes the next version's copy in its own pass over
  * memory: drops the cached payload and reserves a free pooled buffer of len
- * floats. Returns it, or NULL when every buffer is still in flight (the
- * next pull then copies the parameters itself).
+ * elements (float32: not for a bf16 cache). Returns it, or NULL when every buffer is still in
+ * flight (the next pull then copies the parameters itself).
  */
 zps_reply_buf_t *zps_reply_cache_reserve(zps_reply_cache_t *c, size_t len);
 

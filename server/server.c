@@ -396,17 +396,20 @@ void zps_daemon_model_known(zps_daemon_t *d)
     /* Copies of the shard's size the server may hold (conns.h states the
      * bound built on it): the parameters and optimizer state; BSP's
      * buffered pushes and the one being handled; the reply caches'
-     * copies (reply_cache.h); a checkpoint's copy of the state. */
-    uint64_t copies = (1 + k) + (cfg->consistency.mode == ZPS_MODE_BSP ? w : 0) + 1 +
-                      (ZPS_REPLY_POOL + w) + ZPS_REPLY_OBSERVER_COPIES + (1 + k);
+     * copies (reply_cache.h), the bfloat16 ones at half the size; a
+     * checkpoint's copy of the state. In halves of a copy: */
+    uint64_t reply = ZPS_REPLY_POOL + w + ZPS_REPLY_OBSERVER_COPIES;
+    uint64_t halves =
+        2 * ((1 + k) + (cfg->consistency.mode == ZPS_MODE_BSP ? w : 0) + 1 + reply + (1 + k)) +
+        reply;
     /* ZeroMQ's own frame limit cannot follow: a listener keeps the options
      * it was bound with. The unread-bytes bound does the work. */
     uint64_t max_message = p + ZPS_MAX_HEADER_BYTES;
     if (max_message > cfg->max_message_bytes)
         max_message = cfg->max_message_bytes;
-    zps_conns_set_limits(&d->conns, max_message, p * copies);
+    zps_conns_set_limits(&d->conns, max_message, p * halves / 2);
     if (d->seal_sock)
-        zps_conns_set_limits(&d->seal_conns, max_message, p * copies);
+        zps_conns_set_limits(&d->seal_conns, max_message, p * halves / 2);
 }
 
 /* Hands the endpoint's thread the shard's metrics as they are now. */
@@ -658,6 +661,8 @@ static void release(zps_daemon_t *d)
     zps_ckpt_queue_fini(&d->ckpts);
     zps_reply_cache_drop(&d->reply_cache);
     zps_reply_cache_drop(&d->observer_cache);
+    zps_reply_cache_drop(&d->reply_cache16);
+    zps_reply_cache_drop(&d->observer_cache16);
     zps_consistency_free(d->consistency);
     zps_store_fini(&d->store);
     if (d->sock && d->conns.monitor)
@@ -677,6 +682,8 @@ static void release(zps_daemon_t *d)
     /* After zmq_ctx_term ZeroMQ holds no message: every buffer is ours again. */
     zps_reply_cache_fini(&d->reply_cache);
     zps_reply_cache_fini(&d->observer_cache);
+    zps_reply_cache_fini(&d->reply_cache16);
+    zps_reply_cache_fini(&d->observer_cache16);
 }
 
 int zps_server_run(const zps_server_config_t *cfg, bool *unsaved)
@@ -689,9 +696,12 @@ int zps_server_run(const zps_server_config_t *cfg, bool *unsaved)
     d.fingerprint = zps_fingerprint(cfg);
     d.started_ns = zps_now_ns();
     zps_store_init(&d.store);
-    zps_reply_cache_init(&d.reply_cache, ZPS_REPLY_POOL,
-                         ZPS_REPLY_POOL + (size_t)cfg->consistency.workers);
-    zps_reply_cache_init(&d.observer_cache, ZPS_REPLY_OBSERVER_POOL, ZPS_REPLY_OBSERVER_COPIES);
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        zps_reply_cache_init(bf16 ? &d.reply_cache16 : &d.reply_cache, ZPS_REPLY_POOL,
+                             ZPS_REPLY_POOL + (size_t)cfg->consistency.workers, bf16);
+        zps_reply_cache_init(bf16 ? &d.observer_cache16 : &d.observer_cache,
+                             ZPS_REPLY_OBSERVER_POOL, ZPS_REPLY_OBSERVER_COPIES, bf16);
+    }
     snprintf(d.tag, sizeof(d.tag), "shard %u/%u", cfg->shard_index, cfg->shard_count);
     zps_log_set_tag(d.tag);
 

@@ -713,6 +713,7 @@ static int run_distributed(trainer_t *T)
     co.worker = (int)cfg->rank;
     co.timeout_ms = cfg->timeout_ms;
     co.wait_log_ms = cfg->wait_log_ms;
+    co.wire_bf16 = cfg->wire_bf16;
     zps_client_t *client = NULL;
     int rc = secure_opts(cfg, &co);
     if (rc == 0)

@@ -81,6 +81,9 @@ typedef struct zps_trainer_config {
     /* One exchange per clock (zps_client_exchange): the push of clock t and
      * the pull of t + 1 in one message each way; off: a push and a pull. */
     bool exchange;
+    /* Gradients and parameters as bfloat16 on the wire, gradients with
+     * error feedback (zps_client_opts_t.wire_bf16); off: float32. */
+    bool wire_bf16;
 
     /* reporting */
     uint64_t eval_every;        /* evaluate every K clocks (0: only at the end) */

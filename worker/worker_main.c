@@ -59,6 +59,9 @@ static void usage(FILE *f)
             "  --no-exchange          push, then pull, in two round trips a clock, instead of\n"
             "                         one exchange (the gradient of clock t and the pull of\n"
             "                         t+1 in one message each way)\n"
+            "  --wire-bf16            gradients and parameters as bfloat16 on the wire: half\n"
+            "                         the bytes; gradients rounded with error feedback, the\n"
+            "                         servers keep float32 (docs/worker.md)\n"
             "\n"
             "Training:\n"
             "  --model SPEC           mlp:I-H1-...-O or linear:D (default mlp:784-256-128-10,\n"
@@ -285,6 +288,9 @@ int main(int argc, char **argv)
             break;
         case ZPS_WORKER_FLAG_NO_EXCHANGE:
             cfg.exchange = false;
+            break;
+        case ZPS_WORKER_FLAG_WIRE_BF16:
+            cfg.wire_bf16 = true;
             break;
         case ZPS_WORKER_FLAG_NO_SEAL:
             cfg.no_seal = true;

@@ -13,7 +13,10 @@
  *   - an exchange waiting on the barrier when its server stops is answered
  *     with an error that says its push was taken (TAKEN), and the client
  *     reports the push taken;
- *   - the STATS counters count exchanges.
+ *   - the STATS counters count exchanges;
+ *   - bfloat16 on the wire: the server applies the gradient as rounded here
+ *     (with the client's error feedback), keeps float32 parameters, and
+ *     replies with them rounded to bfloat16.
  */
 #include <math.h>
 #include <pthread.h>
@@ -175,6 +178,73 @@ static void test_asp_exchange(void **state)
         assert_int_equal(harness_stop(&srv[i]), 0);
 }
 
+/* bfloat16 rounding, worked out here: the nearer neighbour in double precision, ties to even. */
+static float bf16_of(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof(u));
+    uint32_t lo = u & 0xffff0000u, hi = lo + 0x10000u;
+    float flo, fhi;
+    memcpy(&flo, &lo, sizeof(flo));
+    memcpy(&fhi, &hi, sizeof(fhi));
+    double dl = fabs((double)x - (double)flo), dh = fabs((double)fhi - (double)x);
+    if (dl < dh || (dl == dh && ((lo >> 16) & 1u) == 0))
+        return flo;
+    return fhi;
+}
+
+static void test_bf16_exchange(void **state)
+{
+    (void)state;
+    harness_server_t srv[2];
+    start(srv, 2, "asp", "1");
+    zps_client_t *c = client(srv, 2, 0);
+    assert_int_equal(zps_client_init(c, w0, N), 0); /* INIT: float32, exact */
+    zps_client_free(c);
+
+    const char *eps[2] = {srv[0].endpoint, srv[1].endpoint};
+    zps_client_opts_t o;
+    zps_client_opts_default(&o);
+    o.worker = 0;
+    o.timeout_ms = 20000;
+    o.wire_bf16 = true;
+    assert_int_equal(zps_client_new(eps, 2, &o, &c), 0);
+    float w[N], g[N], got[N], server[N], resid[N];
+    /* The pull: w0 rounded (w0 is exact in bfloat16). */
+    assert_int_equal(zps_client_pull(c, 0, w, N, NULL), 0);
+    for (int i = 0; i < N; i++) {
+        assert_true(w[i] == w0[i]);
+        g[i] = 0.1f * (float)(i + 1) + 0.003f; /* not a bfloat16 */
+        server[i] = w0[i];
+        resid[i] = 0;
+    }
+    for (uint64_t t = 0; t < 3; t++) {
+        zps_reply_info_t info;
+        assert_int_equal(zps_client_exchange(c, t, g, N, 1, got, &info), 0);
+        for (int i = 0; i < N; i++) {
+            /* Error feedback, by hand: the rounded sum goes, the rest stays. */
+            float v = g[i] + resid[i];
+            float q = bf16_of(v);
+            resid[i] = v - q;
+            assert_true(q != v);
+            server[i] = server[i] - 0.5f * q; /* ASP, SGD lr 0.5 */
+            if (got[i] != bf16_of(server[i]))
+                fail_msg("clock %llu, element %d: got %.9g, want %.9g (server %.9g)",
+                         (unsigned long long)t, i, (double)got[i], (double)bf16_of(server[i]),
+                         (double)server[i]);
+        }
+    }
+    zps_client_free(c);
+    /* The server keeps float32: a float32 pull gets every bit. */
+    c = client(srv, 2, -1);
+    assert_int_equal(zps_client_pull(c, 0, w, N, NULL), 0);
+    for (int i = 0; i < N; i++)
+        assert_true(w[i] == server[i]);
+    zps_client_free(c);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(harness_stop(&srv[i]), 0);
+}
+
 typedef struct stop_arg {
     harness_server_t *srv;
     int rc;
@@ -234,6 +304,7 @@ int main(void)
         cmocka_unit_test(test_bsp_exchange),
         cmocka_unit_test(test_asp_exchange),
         cmocka_unit_test(test_stop_while_waiting),
+        cmocka_unit_test(test_bf16_exchange),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "bf16.h"
 #include "checksum.h"
 #include "error.h"
 #include "wire.h"
@@ -364,13 +365,74 @@ static void test_send_summed(void **state)
     assert_int_equal(atomic_load(&released), 2);
 }
 
+/* A bfloat16 payload: widened and scanned on receipt, or widened by the checked copy. */
+static void test_bf16_payload(void **state)
+{
+    pair_t *p = *state;
+    uint16_t v[3] = {0x3f80, 0xc020, 0x7fc0}; /* 1, -2.5, NaN */
+    zps_header_t h;
+    zps_header_init(&h, ZPS_MSG_PUSH);
+    h.flags = ZPS_FLAG_BF16;
+    h.request_id = 8;
+    assert_int_equal(zps_wire_send(p->dealer, NULL, &h, v, 3, NULL, NULL, 0), 0);
+    assert_int_equal(h.length, 3);
+    assert_int_equal(h.checksum, zps_crc32c(0, v, sizeof(v)));
+    zps_message_t m;
+    assert_int_equal(zps_wire_recv(p->router, 0, true, &m), 0);
+    assert_false(m.narrow);
+    assert_true(m.scanned);
+    assert_int_equal(m.hdr.flags & ZPS_FLAG_BF16, ZPS_FLAG_BF16);
+    assert_int_equal(m.hdr.length, 3);
+    assert_int_equal(zmq_msg_size(&m.payload), 3 * sizeof(float));
+    const float *f = zps_message_floats(&m);
+    assert_true(f[0] == 1.0f && f[1] == -2.5f && isnan(f[2]));
+    assert_int_equal(m.first_nonfinite, 2);
+    zps_message_close(&m);
+
+    /* Deferred: kept as received until the checked copy widens it. */
+    h.checksum = 0;
+    assert_int_equal(zps_wire_send(p->dealer, NULL, &h, v, 2, NULL, NULL, 0), 0);
+    assert_int_equal(zps_wire_recv_deferred(p->router, 0, true, &m), 0);
+    assert_true(m.narrow);
+    assert_null(zps_message_floats(&m));
+    float dst[2];
+    assert_int_equal(zps_message_copy_verified(&m, dst), 0);
+    assert_true(dst[0] == 1.0f && dst[1] == -2.5f);
+    zps_message_close(&m);
+
+    /* A bad checksum, either way. */
+    Zps__Header raw = ZPS__HEADER__INIT;
+    raw.version = ZPS_PROTOCOL_VERSION;
+    raw.type = ZPS__MSG_TYPE__MSG_PUSH;
+    raw.flags = ZPS_FLAG_BF16;
+    raw.length = 3;
+    raw.checksum = zps_crc32c(0, v, sizeof(v)) ^ 1u;
+    send_raw(p, &raw, NULL, 0, v, sizeof(v), 1);
+    expect(p, ZPS_ECHECKSUM);
+    send_raw(p, &raw, NULL, 0, v, sizeof(v), 1);
+    assert_int_equal(zps_wire_recv_deferred(p->router, 0, true, &m), 0);
+    float dst3[3];
+    assert_int_equal(zps_message_copy_verified(&m, dst3), ZPS_ECHECKSUM);
+    zps_message_close(&m);
+
+    /* Two bytes an element with the flag, four without: anything else is ZPS_ELENGTH. */
+    raw.checksum = zps_crc32c(0, v, sizeof(v));
+    raw.length = 2;
+    send_raw(p, &raw, NULL, 0, v, sizeof(v), 1);
+    expect(p, ZPS_ELENGTH);
+    raw.flags = 0;
+    raw.length = 3;
+    send_raw(p, &raw, NULL, 0, v, sizeof(v), 1);
+    expect(p, ZPS_ELENGTH);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip),  cmocka_unit_test(test_nothing_ready),
         cmocka_unit_test(test_each_fault),  cmocka_unit_test(test_deferred_checksum),
         cmocka_unit_test(test_helpers),     cmocka_unit_test(test_fingerprint_field),
-        cmocka_unit_test(test_send_summed),
+        cmocka_unit_test(test_send_summed), cmocka_unit_test(test_bf16_payload),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
