@@ -27,19 +27,19 @@ expect_refusal() { # PATTERN ARGS...
 ck=$dir/ck
 start_server a --workers 1 --lr 0.5 --optimizer momentum --checkpoint-dir "$ck"
 a=$ep
-"$zps" init --servers "$a" --values 1,2,3,4
+with_keys "$zps" init --servers "$a" --values 1,2,3,4
 # Not initialised elsewhere: a server without --checkpoint-dir says so.
 start_server nodir --workers 1
-set +e; "$zps" checkpoint --servers "$ep" 2>"$dir/err"; rc=$?; set -e
+set +e; with_keys "$zps" checkpoint --servers "$ep" 2>"$dir/err"; rc=$?; set -e
 [ $rc -eq 1 ] && grep -q "no --checkpoint-dir" "$dir/err" || fail "checkpoint without a dir"
 
-"$zps" push --servers "$a" --worker 0 --clock 0 --batch 1 --values 1,1,1,1
-out=$("$zps" checkpoint --servers "$a")
+with_keys "$zps" push --servers "$a" --worker 0 --clock 0 --batch 1 --values 1,1,1,1
+out=$(with_keys "$zps" checkpoint --servers "$a")
 echo "$out" | grep -q '"version":1' || fail "checkpoint reply: $out"
 v1=$ck/shard-0-of-1-v00000000000000000001.zpsckpt
 [ -f "$v1" ] || fail "no $v1"
-"$zps" push --servers "$a" --worker 0 --clock 1 --batch 1 --values 1,1,1,1
-"$zps" checkpoint --servers "$a" >/dev/null
+with_keys "$zps" push --servers "$a" --worker 0 --clock 1 --batch 1 --values 1,1,1,1
+with_keys "$zps" checkpoint --servers "$a" >/dev/null
 v2=$ck/shard-0-of-1-v00000000000000000002.zpsckpt
 "$zps" checkpoint inspect "$v2" >"$dir/inspect" || fail "inspect of a good file: $(cat "$dir/inspect")"
 grep -q "momentum" "$dir/inspect" || fail "inspect shows no optimizer: $(cat "$dir/inspect")"
@@ -85,7 +85,8 @@ start_server b "${common[@]}" --checkpoint-dir "$ck" --resume
 grep -q "skipped checkpoints" "$dir/b.log" || fail "no report of the skipped file: $(cat "$dir/b.log")"
 grep -q "skipped shard-0-of-1-v00000000000000000009.zpsckpt: $fifo is not a regular file (a FIFO)" \
     "$dir/b.log" || fail "no report of the FIFO: $(cat "$dir/b.log")"
-got=$("$zps" pull --servers "$ep" --verbose 2>"$dir/verbose" | tr '\n' ' ')
+got=$(with_keys "$zps" pull --servers "$ep" --verbose 2>"$dir/verbose" | tr '\n' ' ')
 grep -q "version 1..1" "$dir/verbose" || fail "did not fall back to version 1: $(cat "$dir/verbose")"
 [ -n "$got" ] || fail "no parameters after resume"
+expect_keyed "$ep"
 echo "checkpoint cli: all checks passed"

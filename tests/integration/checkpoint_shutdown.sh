@@ -77,11 +77,12 @@ grep -q "cannot take checkpoints: write $dir/limited/.zps-probe.*: File too larg
 ck=$dir/ck2
 start_server a --workers 1 --checkpoint-dir "$ck"
 pid=${pids[-1]}
-"$zps" init --servers "$ep" --values 1,2,3,4
-"$zps" push --servers "$ep" --worker 0 --clock 0 --batch 1 --values 1,1,1,1
+with_keys "$zps" init --servers "$ep" --values 1,2,3,4
+with_keys "$zps" push --servers "$ep" --worker 0 --clock 0 --batch 1 --values 1,1,1,1
+expect_keyed "$ep"
 mv "$ck" "$ck.away"
 touch "$ck"
-expect_status 1 "$zps" checkpoint --servers "$ep"
+expect_status 1 with_keys "$zps" checkpoint --servers "$ep"
 grep -q "Not a directory" "$dir/err" || fail "checkpoint into a file: $(cat "$dir/err")"
 rm "$ck"
 mv "$ck.away" "$ck"
@@ -96,13 +97,13 @@ $(cat "$dir/a.log")"
 ck=$dir/ck3
 start_server b --workers 1 --checkpoint-dir "$ck" --checkpoint-every 1
 pid=${pids[-1]}
-"$zps" init --servers "$ep" --values 1,2,3,4
-"$zps" push --servers "$ep" --worker 0 --clock 0 --batch 1 --values 1,1,1,1
+with_keys "$zps" init --servers "$ep" --values 1,2,3,4
+with_keys "$zps" push --servers "$ep" --worker 0 --clock 0 --batch 1 --values 1,1,1,1
 wait_file "$(v "$ck" 1)"
 mv "$ck" "$ck.away"
 touch "$ck"
 # Version 2's periodic checkpoint fails; SIGTERM must not take it as saved.
-"$zps" push --servers "$ep" --worker 0 --clock 1 --batch 1 --values 1,1,1,1
+with_keys "$zps" push --servers "$ep" --worker 0 --clock 1 --batch 1 --values 1,1,1,1
 kill -TERM "$pid"
 wait_exit "$pid"
 [ "$status" -eq 3 ] || fail "exit status $status, not 3, with the state not saved: $(cat "$dir/b.log")"
@@ -120,7 +121,7 @@ grep -q "stopped without saving the shard's state (exit status 3)" "$log" || fai
 ck=$dir/ck4
 start_server c --workers 1 --checkpoint-dir "$ck"
 pid=${pids[-1]}
-"$zps" init --servers "$ep" --values 1,2,3,4
+with_keys "$zps" init --servers "$ep" --values 1,2,3,4
 rmdir "$ck"
 touch "$ck"
 kill -TERM "$pid"
@@ -132,7 +133,7 @@ checkpoint of it is on disk" "$dir/c.log" || fail "no clear report: $(cat "$dir/
 # SIGINT asks for no checkpoint: a clean exit whatever the directory.
 start_server d --workers 1 --checkpoint-dir "$dir/ck5"
 pid=${pids[-1]}
-"$zps" init --servers "$ep" --values 1,2
+with_keys "$zps" init --servers "$ep" --values 1,2
 kill -INT "$pid"
 wait_exit "$pid"
 [ "$status" -eq 0 ] || fail "exit status $status after SIGINT"
@@ -144,7 +145,7 @@ ck=$dir/ck6
 head -c $((128 << 20)) /dev/zero >"$dir/big.f32"
 start_server e --workers 1 --checkpoint-dir "$ck"
 pid=${pids[-1]}
-"$zps" init --servers "$ep" --file "$dir/big.f32" --timeout-ms 60000
+with_keys "$zps" init --servers "$ep" --file "$dir/big.f32" --timeout-ms 60000
 rm -f "$dir/big.f32"
 kill -TERM "$pid"
 sleep 0.05

@@ -25,32 +25,33 @@ expect_quick() {
 }
 
 # The default deadline (10 s) plus a margin, for each verb.
-expect_quick 1 14 "$zps" stats --servers "$dead"
+expect_quick 1 14 with_keys "$zps" stats --servers "$dead"
 grep -q "^zps stats: no answer from $dead within 10 s (is a server running there?)$" "$dir/err" \
     || fail "stats: $(cat "$dir/err")"
 # The remaining verbs with a shorter --timeout-ms, so the test stays short.
-expect_quick 1 4 "$zps" init --servers "$dead" --values 1 --timeout-ms 1000
+expect_quick 1 4 with_keys "$zps" init --servers "$dead" --values 1 --timeout-ms 1000
 grep -q "^zps init: no answer from $dead within 1 s" "$dir/err" || fail "init: $(cat "$dir/err")"
-expect_quick 1 4 "$zps" push --servers "$dead" --worker 0 --clock 0 --batch 1 --values 1 \
+expect_quick 1 4 with_keys "$zps" push --servers "$dead" --worker 0 --clock 0 --batch 1 --values 1 \
     --timeout-ms 1000
-expect_quick 1 4 "$zps" pull --servers "$dead" --worker 0 --clock 0 --timeout-ms 1000
-expect_quick 1 4 "$zps" checkpoint --servers "$dead" --timeout-ms 1000
+expect_quick 1 4 with_keys "$zps" pull --servers "$dead" --worker 0 --clock 0 --timeout-ms 1000
+expect_quick 1 4 with_keys "$zps" checkpoint --servers "$dead" --timeout-ms 1000
 
 # A live server and a dead one: the live one's statistics, the dead one named.
 start_server live --workers 2
 live=$ep
-"$zps" init --servers "$live" --values 5
-expect_quick 1 4 "$zps" stats --servers "$live,$dead" --timeout-ms 1000
+with_keys "$zps" init --servers "$live" --values 5
+expect_quick 1 4 with_keys "$zps" stats --servers "$live,$dead" --timeout-ms 1000
 grep -q "^zps stats: no answer from $dead within 1 s" "$dir/err" || fail "mixed: $(cat "$dir/err")"
 [ "$(grep -c '"version"' "$dir/out")" = 1 ] || fail "mixed: $(cat "$dir/out")"
 
 # A live server holding a pull back (clock 1 needs both workers' pushes,
 # worker 1 has not pushed): 3.
-"$zps" push --servers "$live" --worker 0 --clock 0 --batch 1 --values 1
-expect_quick 3 4 "$zps" pull --servers "$live" --worker 0 --clock 1 --timeout-ms 1000
+with_keys "$zps" push --servers "$live" --worker 0 --clock 0 --batch 1 --values 1
+expect_quick 3 4 with_keys "$zps" pull --servers "$live" --worker 0 --clock 1 --timeout-ms 1000
 grep -q "^zps pull: timed out: $live: connected, but no reply within 1 s$" "$dir/err" \
     || fail "held-back pull: $(cat "$dir/err")"
 # ... and the same pull with the default deadline.
-expect_quick 3 14 "$zps" pull --servers "$live" --worker 0 --clock 1
+expect_quick 3 14 with_keys "$zps" pull --servers "$live" --worker 0 --clock 1
 
+expect_keyed "$live"
 echo "cli deadline: all checks passed"

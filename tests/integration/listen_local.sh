@@ -17,7 +17,7 @@ tcp://127.0.0.1:[0-9]*) ;;
 *) fail "tcp://localhost:* wrote endpoint '$ep', expected tcp://127.0.0.1:PORT" ;;
 esac
 port=${ep##*:}
-expect_status 0 "$zps" stats --servers "tcp://localhost:$port" --timeout-ms 5000
+expect_status 0 with_keys "$zps" stats --servers "tcp://localhost:$port" --timeout-ms 5000
 grep -q "\"endpoint\":\"tcp://127.0.0.1:$port\"" "$dir/out" || fail "stats via localhost: $(cat "$dir/out")"
 
 if ip -6 addr show dev lo 2>/dev/null | grep -q '::1/128'; then
@@ -26,7 +26,7 @@ if ip -6 addr show dev lo 2>/dev/null | grep -q '::1/128'; then
     "tcp://[::1]:"[0-9]*) ;;
     *) fail "tcp://[::1]:* wrote endpoint '$ep'" ;;
     esac
-    expect_status 0 "$zps" stats --servers "$ep" --timeout-ms 5000
+    expect_status 0 with_keys "$zps" stats --servers "$ep" --timeout-ms 5000
     grep -q '"endpoint":"tcp://\[::1\]:' "$dir/out" || fail "stats over IPv6: $(cat "$dir/out")"
 else
     echo "no ::1 on lo: the IPv6 case is not run"
@@ -35,4 +35,5 @@ fi
 # A routable address without --insecure is refused before binding (usage, 2).
 expect_status 2 "$server_bin" --listen tcp://10.255.255.1:7100 --workers 1
 grep -q -- "--insecure" "$dir/err" || fail "non-loopback refusal: $(cat "$dir/err")"
+expect_keyed "$ep"
 echo "listen_local: ok"

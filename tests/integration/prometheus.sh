@@ -35,7 +35,7 @@ servers="$ep0,$ep1"
 # ends the test without a word.
 stat() {
     local json
-    json=$("$zps" stats --servers "$1" --timeout-ms 2000) || return 1
+    json=$(with_keys "$zps" stats --servers "$1" --timeout-ms 2000) || return 1
     [[ $json =~ \"$2\":([^,}]*) ]] || return 1
     echo "${BASH_REMATCH[1]//\"/}"
 }
@@ -94,10 +94,10 @@ train() {
                 --backend cpu --no-progress --no-eval --clocks "$1" --base-step-ms 2)
     local t0 t1
     t0=$(date +%s.%N)
-    "$worker_bin" --rank 0 "${args[@]}" 2>"$dir/w0.log" &
+    "$worker_bin" --rank 0 "${args[@]}" "${client_keys[@]}" 2>"$dir/w0.log" &
     local a=$!
     pids+=($a)
-    "$worker_bin" --rank 1 "${args[@]}" 2>"$dir/w1.log" &
+    "$worker_bin" --rank 1 "${args[@]}" "${client_keys[@]}" 2>"$dir/w1.log" &
     local b=$!
     pids+=($b)
     wait "$a" || fail "worker 0 failed: $(tail -3 "$dir/w0.log")"
@@ -230,6 +230,8 @@ code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 "http://$m0/metrics")
 [ "$code" = 200 ] || fail "the endpoint answers $code after the flood"
 code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 -X DELETE "http://$m0/metrics") || true
 [ "$code" = 405 ] || fail "DELETE /metrics answered $code"
+
+expect_keyed "$ep0"
 
 # A worker's own endpoint: a --local run padded to 10 ms a step serves its
 # steps and the time of each part of a step, in a form promtool accepts.

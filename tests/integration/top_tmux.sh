@@ -39,10 +39,10 @@ servers="$ep0,$ep1"
 # Each step padded to 20 ms: the workers sleep rather than fight over cores.
 train=(--servers "$servers" --workers 2 --data synthetic:n=400,test=100,dim=4 --batch 8
        --backend cpu --no-progress --clocks 100000 --base-step-ms 20)
-"$worker_bin" --rank 0 "${train[@]}" 2>"$dir/w0.log" &
+"$worker_bin" --rank 0 "${train[@]}" "${client_keys[@]}" 2>"$dir/w0.log" &
 w0=$!
 pids+=($w0)
-"$worker_bin" --rank 1 "${train[@]}" 2>"$dir/w1.log" &
+"$worker_bin" --rank 1 "${train[@]}" "${client_keys[@]}" 2>"$dir/w1.log" &
 w1=$!
 pids+=($w1)
 
@@ -50,7 +50,7 @@ pids+=($w1)
 # (matched in bash: a `| head -1` pipeline under pipefail may fail on SIGPIPE)
 version_of_shard0() {
     local json
-    json=$("$zps" stats --servers "$ep0" --timeout-ms 2000 2>/dev/null) || return 0
+    json=$(with_keys "$zps" stats --servers "$ep0" --timeout-ms 2000 2>/dev/null) || return 0
     [[ $json =~ \"version\":([0-9]+) ]] && echo "${BASH_REMATCH[1]}"
     return 0
 }
@@ -65,7 +65,7 @@ done
 [ -n "$v" ] && [ "$v" -gt 5 ] || fail "training did not start: version '$v'"
 
 # --once while both train: one frame, both shards and workers, no escape codes.
-expect_status 0 "$zps" top --servers "$servers" --once
+expect_status 0 with_keys "$zps" top --servers "$servers" --once
 out=$dir/out
 grep -q "^zps top | 2 shards | bsp, 2 workers" "$out" || fail "--once header: $(cat "$out")"
 grep -Eq "^0 +[0-9]+ " "$out" || fail "--once: no row for shard 0: $(cat "$out")"
@@ -80,7 +80,7 @@ stopped=$w1
 export TERM=${TERM:-xterm}
 [ "$TERM" = dumb ] && export TERM=xterm
 tmux -L "$tmux_sock" new-session -d -s "$session" -x 200 -y 50 \
-    "'$zps' top --servers '$servers' --interval 0.5; sleep 60"
+    "'$zps' top --servers '$servers' --interval 0.5 ${client_keys[*]@Q}; sleep 60"
 found=""
 for _ in $(seq 1 75); do
     sleep 0.2
@@ -102,18 +102,19 @@ if grep -q "waiting for worker 0" <<<"$screen"; then fail "worker 0 named: $scre
 echo "$screen" | grep "waiting for"
 
 # --once says the same.
-expect_status 0 "$zps" top --servers "$servers" --once
+expect_status 0 with_keys "$zps" top --servers "$servers" --once
 grep -Eq "^shard 0: clock [0-9]+: waiting for worker 1, last heard" "$out" ||
     fail "--once has no waiting line: $(cat "$out")"
 cat "$out"
 
 # No server: exit 1 with the reason; bad usage: exit 2.
 dead_endpoint
-expect_status 1 "$zps" top --servers "$dead" --once --timeout-ms 300
+expect_status 1 with_keys "$zps" top --servers "$dead" --once --timeout-ms 300
 grep -q "zps top: " "$dir/err" || fail "no reason on stderr for a dead server"
-expect_status 1 "$zps" top --servers "$dead" --timeout-ms 300
+expect_status 1 with_keys "$zps" top --servers "$dead" --timeout-ms 300
 expect_status 2 "$zps" top --servers "$servers" --interval 0
 expect_status 2 "$zps" top --once
 expect_status 2 "$zps" top --servers "$servers" --bogus
 
+expect_keyed "$ep0"
 echo "zps top under tmux: all checks passed"

@@ -16,20 +16,21 @@ train=(--rank 0 --workers 1 --data synthetic:n=400,test=100,dim=4 --batch 8 --ba
        --no-progress)
 
 start_server s "${common[@]}"
-"$worker_bin" --servers "$ep" "${train[@]}" --clocks 20 --metrics "$dir/first.jsonl" \
+with_keys "$worker_bin" --servers "$ep" "${train[@]}" --clocks 20 --metrics "$dir/first.jsonl" \
     2>"$dir/first.log" || fail "first run: $(cat "$dir/first.log")"
-"$zps" pull --servers "$ep" --verbose >/dev/null 2>"$dir/v1"
+with_keys "$zps" pull --servers "$ep" --verbose >/dev/null 2>"$dir/v1"
 grep -q "version 20..20" "$dir/v1" || fail "after the first run: $(cat "$dir/v1")"
 kill "${pids[0]}"; wait "${pids[0]}" 2>/dev/null || true
 
 start_server r "${common[@]}" --resume
 grep -q "resumed from" "$dir/r.log" || fail "no resume: $(cat "$dir/r.log")"
-"$worker_bin" --servers "$ep" "${train[@]}" --clocks 30 --metrics "$dir/second.jsonl" \
+with_keys "$worker_bin" --servers "$ep" "${train[@]}" --clocks 30 --metrics "$dir/second.jsonl" \
     2>"$dir/second.log" || fail "second run: $(cat "$dir/second.log")"
 grep -q "expect clock 20 from this worker, not 0" "$dir/second.log" ||
     fail "the worker did not resume at clock 20: $(cat "$dir/second.log")"
 steps=$(grep -c '"type":"step"' "$dir/second.jsonl")
 [ "$steps" -eq 10 ] || fail "the resumed worker computed $steps clocks, expected 10"
-"$zps" pull --servers "$ep" --verbose >/dev/null 2>"$dir/v2"
+with_keys "$zps" pull --servers "$ep" --verbose >/dev/null 2>"$dir/v2"
 grep -q "version 30..30" "$dir/v2" || fail "after the second run: $(cat "$dir/v2")"
+expect_keyed "$ep"
 echo "worker resume: all checks passed"

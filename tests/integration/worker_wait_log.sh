@@ -4,10 +4,11 @@
 # nothing is connected there; against a live server holding a pull back it
 # logs the pull and its clock, without that hint.
 #
-# usage: worker_wait_log.sh ZPS_SERVER_BIN ZPS_WORKER_BIN
+# usage: worker_wait_log.sh ZPS_SERVER_BIN ZPS_BIN ZPS_WORKER_BIN
 set -euo pipefail
 server_bin=$1
-worker_bin=$2
+zps=$2
+worker_bin=$3
 . "$(dirname "$0")/lib.sh"
 
 dead_endpoint
@@ -26,7 +27,7 @@ wait_for_line() {
 # Rank 0 initialises the model: it waits for an answer to init, forever (the
 # default --timeout), and says so every 3 * 300 ms after the first 300 ms.
 "$worker_bin" --servers "$dead" --rank 0 --workers 1 --wait-log-ms 300 "${data[@]}" \
-    2>"$dir/w0.log" &
+    "${client_keys[@]}" 2>"$dir/w0.log" &
 w0=$!
 pids+=($w0)
 wait_for_line "$dir/w0.log" \
@@ -40,12 +41,13 @@ wait "$w0" 2>/dev/null || true
 # pull of clock 0 waits, and the record names it, without the hint.
 start_server live --workers 2
 "$worker_bin" --servers "$ep" --rank 1 --workers 2 --wait-log-ms 300 "${data[@]}" \
-    2>"$dir/w1.log" &
+    "${client_keys[@]}" 2>"$dir/w1.log" &
 w1=$!
 pids+=($w1)
 wait_for_line "$dir/w1.log" \
     "INFO  \[worker 1\] waiting for server 0 at $ep: no answer to pull (clock 0) for [0-9]* ms$"
 kill "$w1"
 wait "$w1" 2>/dev/null || true
+expect_keyed "$ep"
 
 echo "worker wait log: all checks passed"
