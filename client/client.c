@@ -24,6 +24,7 @@
 #include "client.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <pthread.h>
 #include <sodium.h>
@@ -31,7 +32,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -41,7 +44,9 @@
 #include "json.h"
 #include "keys.h"
 #include "log.h"
+#include "checksum.h"
 #include "seal.h"
+#include "shm_layout.h"
 #include "shard.h"
 #include "strbuf.h"
 #include "timeutil.h"
@@ -82,6 +87,21 @@ typedef struct conn {
     uint64_t seal_wait_ns;    /* the first sealed send while dsock had none, or 0 */
     long seal_port;           /* the sealed socket's port */
 
+    /* The shared-memory session (server/shm.h): asked for over sock at the
+     * first send once the model exists, then pushes and pulls carry only
+     * headers. It ends when sock's connection drops (the server ends it
+     * then) or the server says it has none. */
+    int shm_state;           /* SHM_* */
+    uint64_t shm_request_id; /* the SHM request asked (SHM_ASKED) */
+    unsigned shm_drops;      /* drops when it was granted */
+    unsigned char *shm_base; /* SHM_ON: the mapped segment */
+    size_t shm_size;
+    uint64_t shm_len; /* the shard's elements */
+    uint32_t shm_nbufs;
+    uint64_t shm_stride, shm_buf_offset;
+    float *shm_slot;         /* this worker's gradient slot */
+    uint64_t shm_written_id; /* the request whose payload is in the slot */
+
     /* The request of the call in progress. */
     zps_header_t req;
     const void *payload; /* slice to send (float32, or bfloat16 with ZPS_FLAG_BF16), or NULL */
@@ -98,6 +118,14 @@ typedef struct conn {
                   * refused, the reply says why) */
     bool took;   /* after a push: this shard took it */
 } conn_t;
+
+enum {
+    SHM_OFF,     /* not a worker, or not asked for */
+    SHM_WANTED,  /* asked for at the next send */
+    SHM_ASKED,   /* an SHM request is out */
+    SHM_ON,      /* granted and mapped */
+    SHM_REFUSED, /* the server grants none, or it is not on this host */
+};
 
 enum {
     SEAL_OFF,     /* no CURVE, not tcp://, or --no-seal: never asked */
@@ -485,12 +513,139 @@ static struct zps_seal *find_seal(void *arg, const unsigned char *id, zps_peer_t
                                                                                       : NULL;
 }
 
+/* ---- shared memory ---- */
+
+/* Ends k's shared-memory session on this side; the next send asks again (unless refused). */
+static void shm_end(conn_t *k)
+{
+    if (k->shm_base)
+        munmap(k->shm_base, k->shm_size);
+    k->shm_base = NULL;
+    k->shm_size = 0;
+    k->shm_slot = NULL;
+    k->shm_written_id = 0;
+    if (k->shm_state != SHM_OFF && k->shm_state != SHM_REFUSED)
+        k->shm_state = SHM_WANTED;
+}
+
+/* Asks k's server for a shared-memory session; the reply comes to take_reply. */
+static void shm_ask(zps_client_t *c, conn_t *k)
+{
+    zps_header_t h;
+    zps_header_init(&h, ZPS_MSG_SHM);
+    h.request_id = ++c->next_id;
+    h.worker = c->opts.worker;
+    if (zps_wire_send(k->sock, NULL, &h, NULL, 0, NULL, NULL, ZMQ_DONTWAIT) == 0) {
+        k->shm_state = SHM_ASKED;
+        k->shm_request_id = h.request_id;
+    }
+}
+
+/* Maps the segment named in k's SHM reply m and checks it is the server's; false if not. */
+static bool shm_map(zps_client_t *c, conn_t *k, const char *name, const char *token)
+{
+    unsigned char want[ZPS_SHM_TOKEN_BYTES];
+    if (!name || name[0] != '/' || strchr(name + 1, '/') || !token ||
+        zps_seal_unhex(token, want, sizeof(want)) != 0)
+        return false;
+    int fd = shm_open(name, O_RDWR, 0);
+    if (fd < 0)
+        return false; /* another host, or another user: the socket it is */
+    struct stat st;
+    unsigned char *base = MAP_FAILED;
+    if (fstat(fd, &st) == 0 && (size_t)st.st_size >= sizeof(zps_shm_layout_t))
+        base = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (base == MAP_FAILED)
+        return false;
+    zps_shm_layout_t l;
+    memcpy(&l, base, sizeof(l));
+    uint64_t size = (uint64_t)st.st_size, bytes = l.len * sizeof(float);
+    uint32_t rank = (uint32_t)c->opts.worker;
+    /* Every region must lie inside what was mapped: the layout is read, not trusted. */
+    bool ok = memcmp(l.magic, ZPS_SHM_MAGIC, sizeof(l.magic)) == 0 &&
+              sodium_memcmp(l.token, want, sizeof(want)) == 0 && l.len > 0 &&
+              l.len <= UINT64_MAX / sizeof(float) && l.stride >= bytes && l.stride % 4096 == 0 &&
+              rank < l.workers && l.nbufs > 0 && l.size == size && l.buf_offset <= size &&
+              l.nbufs <= (size - l.buf_offset) / l.stride && l.slot_offset <= size &&
+              l.workers <= (size - l.slot_offset) / l.stride;
+    if (!ok) {
+        munmap(base, (size_t)st.st_size);
+        return false;
+    }
+    k->shm_base = base;
+    k->shm_size = (size_t)st.st_size;
+    k->shm_len = l.len;
+    k->shm_nbufs = l.nbufs;
+    k->shm_stride = l.stride;
+    k->shm_buf_offset = l.buf_offset;
+    k->shm_slot = (float *)(base + l.slot_offset + (uint64_t)rank * l.stride);
+    k->shm_written_id = 0;
+    return true;
+}
+
+/* The session k's server granted (m: the SHM reply), or why not. */
+static void shm_granted(zps_client_t *c, conn_t *k, zps_message_t *m)
+{
+    if (m->hdr.status == ZPS_ENOTINIT) {
+        k->shm_state = SHM_WANTED; /* once the model exists */
+        return;
+    }
+    if (m->hdr.status != 0) {
+        zps_debug("%s grants no shared-memory session (%s): the socket carries everything",
+                  k->endpoint, m->hdr.error);
+        k->shm_state = SHM_REFUSED;
+        return;
+    }
+    zps_json_t *j = NULL;
+    const char *name = NULL, *token = NULL;
+    if (m->hdr.json && zps_json_parse(m->hdr.json, &j, NULL, 0) == 0) {
+        name = zps_json_string(zps_json_get(j, "name"));
+        token = zps_json_string(zps_json_get(j, "token"));
+    }
+    bool ok = shm_map(c, k, name, token);
+    zps_json_free(j);
+    if (!ok) {
+        zps_debug("%s: its shared memory is not on this host: the socket carries everything",
+                  k->endpoint);
+        k->shm_state = SHM_REFUSED;
+        return;
+    }
+    k->shm_state = SHM_ON;
+    k->shm_drops = k->drops;
+    zps_debug("%s: shared-memory session (%llu elements)", k->endpoint,
+              (unsigned long long)k->shm_len);
+}
+
+/* Whether k's request in progress goes through shared memory: then its payload is in the slot. */
+static bool shm_use(conn_t *k)
+{
+    if (k->shm_state == SHM_ON && k->drops != k->shm_drops)
+        shm_end(k); /* the connection dropped: the server ended the session */
+    bool bulk = k->req.type == ZPS_MSG_PULL || (k->req.type == ZPS_MSG_PUSH && k->payload);
+    if (k->shm_state != SHM_ON || !bulk || (k->req.flags & ZPS_FLAG_BF16) ||
+        (k->req.type == ZPS_MSG_PUSH && k->count != k->shm_len)) {
+        k->req.flags &= ~(uint32_t)ZPS_FLAG_SHM;
+        return false;
+    }
+    if (k->req.type == ZPS_MSG_PUSH && k->shm_written_id != k->req.request_id) {
+        /* Its checksum was computed from the caller's buffer (sum_slices). */
+        memcpy(k->shm_slot, k->payload, k->count * sizeof(float));
+        k->shm_written_id = k->req.request_id;
+    }
+    k->req.flags |= ZPS_FLAG_SHM;
+    return true;
+}
+
 static int open_conn(zps_client_t *c, conn_t *k)
 {
     if (k->seal_state != SEAL_REFUSED)
         k->seal_state = c->opts.curve && !c->opts.no_seal && strncmp(k->endpoint, "tcp://", 6) == 0
                             ? SEAL_WANTED
                             : SEAL_OFF;
+    if (k->shm_state != SHM_REFUSED)
+        k->shm_state =
+            c->opts.shm && c->opts.worker >= 0 && !c->opts.wire_bf16 ? SHM_WANTED : SHM_OFF;
     k->sock = zmq_socket(c->ctx, ZMQ_DEALER);
     if (!k->sock)
         return ZPS_ESOCKET;
@@ -651,6 +806,7 @@ void zps_client_free(zps_client_t *c)
     for (size_t i = 0; i < c->nconns; i++) {
         zps_message_close(&c->conns[i].reply);
         seal_end(&c->conns[i]);
+        shm_end(&c->conns[i]);
         close_monitor(&c->conns[i]);
         if (c->conns[i].sock)
             zmq_close(c->conns[i].sock);
@@ -727,6 +883,7 @@ static bool wait_released(zps_client_t *c, int ms)
 static void reset_conn(zps_client_t *c, conn_t *k)
 {
     seal_end(k);
+    shm_end(k);
     close_monitor(k);
     if (k->sock)
         zmq_close(k->sock);
@@ -741,6 +898,17 @@ static int send_request(zps_client_t *c, conn_t *k)
 {
     if (!k->sock)
         return ZPS_ESOCKET;
+    if (k->shm_state == SHM_WANTED)
+        shm_ask(c, k);
+    if (shm_use(k)) {
+        /* Only the header: the payload, if any, is in the slot. */
+        int rc = zps_wire_send(k->sock, NULL, &k->req, NULL, 0, NULL, NULL, ZMQ_DONTWAIT);
+        if (rc && rc != ZPS_EAGAIN)
+            set_error(c, "%s: send failed: %s", k->endpoint, zmq_strerror(zmq_errno()));
+        if (rc == 0)
+            k->drops_at_send = k->drops;
+        return rc;
+    }
     if (k->seal_state == SEAL_WANTED)
         seal_ask(c, k);
     if (k->seal_state == SEAL_ON) {
@@ -847,7 +1015,23 @@ static int take_reply(zps_client_t *c, conn_t *k)
             zps_message_close(&m);
             continue;
         }
+        if (!sealed && m.hdr.reply && m.hdr.type == ZPS_MSG_SHM) {
+            if (k->shm_state == SHM_ASKED && m.hdr.request_id == k->shm_request_id)
+                shm_granted(c, k, &m);
+            zps_message_close(&m);
+            continue;
+        }
         bool ours = m.hdr.reply && m.hdr.request_id == k->req.request_id;
+        if (ours && k->pending && m.hdr.status == ZPS_ESHM && (k->req.flags & ZPS_FLAG_SHM)) {
+            /* The server has no session for this connection (it dropped
+             * and came back): over the socket, at once; ask again. */
+            zps_debug("%s: the server has no shared-memory session for us", k->endpoint);
+            zps_message_close(&m);
+            shm_end(k);
+            if (send_request(c, k) != 0)
+                k->resend_at_ns = zps_now_ns() + SEND_AGAIN_MS * 1000000ull;
+            continue;
+        }
         if (!ours || !k->pending) {
             /* A reply to an earlier request (answered twice after a resend,
              * or after that call gave up): not ours to use. */
@@ -1168,7 +1352,14 @@ static int sum_slices(zps_client_t *c, const char *what)
         conn_t *k = &c->conns[i];
         const float *v = k->payload;
         size_t bad;
-        k->req.checksum = zps_crc_scan(v, k->count, &bad);
+        if (k->req.type == ZPS_MSG_PUSH && k->shm_state == SHM_ON && k->count == k->shm_len) {
+            /* Into the shared-memory slot in the same pass (shm_use). */
+            float mx;
+            k->req.checksum = zps_crc_copy_scan_max(k->shm_slot, v, k->count, &bad, &mx);
+            k->shm_written_id = bad < k->count ? 0 : k->req.request_id;
+        } else {
+            k->req.checksum = zps_crc_scan(v, k->count, &bad);
+        }
         if (bad < k->count) {
             set_error(c, "%s %llu is %g: nothing was sent", what,
                       (unsigned long long)(k->req.offset + bad), (double)v[bad]);
@@ -1482,13 +1673,38 @@ static int check_pull_replies(zps_client_t *c, uint64_t *total)
     return 0;
 }
 
+/*
+ * A pull reply whose parameters are in k's shared memory: copied into dst
+ * with their checksum checked. The buffer is the session's until its next
+ * request.
+ */
+static int copy_shm(zps_client_t *c, conn_t *k, float *dst)
+{
+    const zps_header_t *h = &k->reply.hdr;
+    if (!k->shm_base || h->shm_buffer >= k->shm_nbufs || h->length != k->shm_len) {
+        set_error(c,
+                  "%s: a shared-memory reply (buffer %u, %llu elements) that this client's "
+                  "session cannot hold",
+                  k->endpoint, h->shm_buffer, (unsigned long long)h->length);
+        return ZPS_ESHM;
+    }
+    const unsigned char *src = k->shm_base + k->shm_buf_offset + h->shm_buffer * k->shm_stride;
+    if (zps_crc32c_copy(0, dst, src, h->length * sizeof(float)) != h->checksum) {
+        set_error(c, "%s: the pulled parameters in shared memory fail their checksum", k->endpoint);
+        return ZPS_ECHECKSUM;
+    }
+    return 0;
+}
+
 static int copy_pulled(zps_client_t *c, float *out)
 {
     int rc = 0;
     for (size_t i = 0; i < c->nconns; i++) {
         conn_t *k = &c->conns[i];
         const zps_header_t *h = &k->reply.hdr;
-        if (rc == 0 && zps_message_copy_verified(&k->reply, out + h->offset) != 0) {
+        if (rc == 0 && (h->flags & ZPS_FLAG_SHM)) {
+            rc = copy_shm(c, k, out + h->offset);
+        } else if (rc == 0 && zps_message_copy_verified(&k->reply, out + h->offset) != 0) {
             set_error(c, "%s: the pulled parameters fail their checksum", k->endpoint);
             rc = ZPS_ECHECKSUM;
         }

@@ -89,6 +89,13 @@ typedef struct zps_client_opts {
      * accumulate over clocks. Pulls and exchanges return the server's
      * float32 parameters rounded to bfloat16. INIT always sends float32. */
     bool wire_bf16;
+    /* A worker (worker >= 0) asks each server for a shared-memory session
+     * (server/shm.h): when the server is on this host and grants one, the
+     * gradients and parameters move through shared memory and the socket
+     * carries only headers. A server elsewhere, one that grants none
+     * (--no-shm) or a connection that drops falls back to the socket. Not
+     * with wire_bf16. */
+    bool shm;
     uint8_t curve_public_key[32];
     uint8_t curve_secret_key[32];
     uint8_t curve_server_key[32];

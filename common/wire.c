@@ -25,6 +25,8 @@ void zps_header_init(zps_header_t *hdr, enum zps_msg_type type)
 
 bool zps_wire_wants_payload(const zps_header_t *hdr)
 {
+    if (hdr->flags & ZPS_FLAG_SHM) /* the payload is in shared memory */
+        return false;
     if (!hdr->reply)
         return hdr->type == ZPS_MSG_INIT || hdr->type == ZPS_MSG_PUSH;
     return hdr->type == ZPS_MSG_PULL && hdr->status == 0;
@@ -65,6 +67,7 @@ static void header_from_pb(zps_header_t *h, const Zps__Header *pb)
     h->next_clock = pb->next_clock;
     h->config_fingerprint = pb->config_fingerprint;
     h->waited_us = pb->waited_us;
+    h->shm_buffer = pb->shm_buffer;
     snprintf(h->error, sizeof(h->error), "%s", pb->error ? pb->error : "");
 }
 
@@ -91,6 +94,7 @@ static void header_to_pb(Zps__Header *pb, const zps_header_t *h)
     pb->next_clock = h->next_clock;
     pb->config_fingerprint = h->config_fingerprint;
     pb->waited_us = h->waited_us;
+    pb->shm_buffer = h->shm_buffer;
     /* protobuf-c packs the pointers without writing through them. */
     pb->error = (char *)h->error;
     pb->json = (char *)(h->json ? h->json : "");
@@ -313,7 +317,8 @@ static int judge(zps_message_t *msg, bool verify)
             msg->first_nonfinite = bad;
             msg->abs_max = mx;
         }
-    } else if (msg->hdr.length != 0 && !msg->hdr.reply && msg->hdr.type != ZPS_MSG_PULL) {
+    } else if (msg->hdr.length != 0 && !msg->hdr.reply && msg->hdr.type != ZPS_MSG_PULL &&
+               !(msg->hdr.flags & ZPS_FLAG_SHM)) {
         return ZPS_ELENGTH;
     }
     return 0;
@@ -380,10 +385,11 @@ int zps_wire_send_msg(void *sock, const zps_peer_t *peer, zps_header_t *hdr, zmq
                       int flags)
 {
     bool more = zps_wire_wants_payload(hdr);
-    /* Without a payload, `length` keeps its own meaning (a PULL's expected range). */
+    /* Without a payload, `length` keeps its own meaning (a PULL's expected
+     * range); with one in shared memory, so do `length` and `checksum`. */
     if (more)
         hdr->length = zmq_msg_size(payload) / zps_wire_elem_bytes(hdr);
-    else
+    else if (!(hdr->flags & ZPS_FLAG_SHM))
         hdr->checksum = 0;
     int rc = send_head(sock, peer, hdr, more, flags);
     if (rc || !more) {
@@ -481,6 +487,30 @@ uint32_t zps_crc_scan_max(const float *v, size_t count, size_t *first_bad, float
         size_t bad;
         /* The culprit is located only in the block that has one. */
         if (m >= 0x7f800000u && *first_bad == count && !zps_all_finite(v + i, n, &bad))
+            *first_bad = i + bad;
+    }
+    if (mx >= 0x7f800000u) {
+        *abs_max = INFINITY;
+    } else {
+        memcpy(abs_max, &mx, sizeof(*abs_max));
+    }
+    return crc;
+}
+
+uint32_t zps_crc_copy_scan_max(float *dst, const float *src, size_t count, size_t *first_bad,
+                               float *abs_max)
+{
+    enum { BLOCK = 8192 };
+    uint32_t crc = 0, mx = 0;
+    *first_bad = count;
+    for (size_t i = 0; i < count; i += BLOCK) {
+        size_t n = count - i < BLOCK ? count - i : BLOCK;
+        crc = zps_crc32c_copy(crc, dst + i, src + i, n * sizeof(float));
+        /* Scanned in the copy, while it is in cache. */
+        uint32_t m = abs_max_bits(dst + i, n);
+        mx = m > mx ? m : mx;
+        size_t bad;
+        if (m >= 0x7f800000u && *first_bad == count && !zps_all_finite(dst + i, n, &bad))
             *first_bad = i + bad;
     }
     if (mx >= 0x7f800000u) {

@@ -38,8 +38,9 @@ enum zps_msg_type {
     ZPS_MSG_CHECKPOINT = 6,
     ZPS_MSG_RELOAD_KEYS = 7,
     ZPS_MSG_SESSION = 8, /* over CURVE only: a sealed session (common/seal.h) */
+    ZPS_MSG_SHM = 9,     /* a shared-memory session, for a worker on the server's host */
 };
-#define ZPS_MSG_TYPE_MAX ZPS_MSG_SESSION
+#define ZPS_MSG_TYPE_MAX ZPS_MSG_SHM
 
 /* Header flag bits. */
 enum {
@@ -57,6 +58,10 @@ enum {
     ZPS_FLAG_BF16 = 1u << 8,     /* the payload frame holds `length` bfloat16 values (bf16.h),
                                   * not float32; on a PULL or PUSH request: its reply's
                                   * parameters are wanted as bfloat16 too */
+    ZPS_FLAG_SHM = 1u << 9,      /* the payload is in the connection's shared-memory session
+                                  * (server/shm.h), not in a frame: a PUSH's in the worker's
+                                  * slot, a PULL reply's in buffer shm_buffer; on a PULL
+                                  * request: such a reply is wanted */
 };
 
 #define ZPS_ERROR_TEXT_MAX 256
@@ -85,6 +90,7 @@ typedef struct zps_header {
     uint64_t next_clock;
     uint64_t config_fingerprint; /* replies: the server's; INIT/PUSH: the agreed one (0: none) */
     uint64_t waited_us;          /* replies to a pull or an exchange: held for its rule, us */
+    uint32_t shm_buffer;         /* PULL replies with ZPS_FLAG_SHM: the buffer of the payload */
     char error[ZPS_ERROR_TEXT_MAX];
     const char *json; /* send: borrowed, may be NULL; recv: owned by the zps_message_t */
 } zps_header_t;
@@ -271,6 +277,13 @@ int zps_wire_send_msg_sealed(void *sock, const zps_peer_t *peer, zps_header_t *h
  * blocks. Returns 0, ZPS_EAGAIN, ZPS_ENOMEM or ZPS_ESOCKET.
  */
 int zps_wire_send_seal_unknown(void *sock, const zps_peer_t *peer, const unsigned char *id);
+
+/*
+ * As zps_crc_scan_max, copying src[count] to dst in the same pass: the CRC32C
+ * and the scan are of the bytes as copied (src may change meanwhile).
+ */
+uint32_t zps_crc_copy_scan_max(float *dst, const float *src, size_t count, size_t *first_bad,
+                               float *abs_max);
 
 /* True when all `count` values are finite; *first_bad gets the index of the first that is not. */
 bool zps_all_finite(const float *v, size_t count, size_t *first_bad);

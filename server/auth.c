@@ -182,6 +182,7 @@ bool zps_auth_access(const zps_header_t *hdr, zps_access_t *what, long *worker)
         *what = ZPS_ACCESS_INIT;
         return true;
     case ZPS_MSG_PUSH:
+    case ZPS_MSG_SHM: /* the rank's slot: whoever may push as the rank */
         *what = ZPS_ACCESS_PUSH;
         return true;
     case ZPS_MSG_PULL:

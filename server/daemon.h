@@ -27,6 +27,7 @@
 #include "hist.h"
 #include "metrics_http.h"
 #include "reply_cache.h"
+#include "shm.h"
 #include "server.h"
 #include "sessions.h"
 #include "stats.h"
@@ -110,6 +111,7 @@ typedef struct zps_daemon {
     /* The same in bfloat16, for the clients that ask for it (ZPS_FLAG_BF16). */
     zps_reply_cache_t reply_cache16;
     zps_reply_cache_t observer_cache16;
+    zps_shm_t shm; /* the shared-memory segment, once a worker asks (shm.h) */
     zps_ckpt_queue_t ckpts;
 } zps_daemon_t;
 

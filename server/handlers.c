@@ -324,15 +324,20 @@ static uint32_t take_steps(zps_daemon_t *d)
         bool ok =
             zps_store_check_mean_bounded(&d->store, d->grads, d->batches, k, g_max, &where) == 0;
         zps_reply_buf_t *b = NULL;
+        int shm_buf = -1;
         uint32_t crc = 0;
         if (ok) {
             for (uint32_t j = 0; j < k; j++)
                 zps_vhist_add(&d->update_staleness, d->slots[d->ranks[j]].update_staleness);
             /* Every worker pulls the version this step makes: its payload is
-             * copied and checksummed in the step's own pass over memory. */
-            b = zps_reply_cache_reserve(&d->reply_cache, d->store.len);
-            crc = zps_store_step_mean_bounded(&d->store, d->grads, d->batches, k, g_max,
-                                              b ? b->data : NULL);
+             * copied and checksummed in the step's own pass over memory,
+             * into shared memory while workers read from there (shm.h). */
+            float *dst = zps_shm_reserve(&d->shm, &shm_buf);
+            if (!dst) {
+                b = zps_reply_cache_reserve(&d->reply_cache, d->store.len);
+                dst = b ? b->data : NULL;
+            }
+            crc = zps_store_step_mean_bounded(&d->store, d->grads, d->batches, k, g_max, dst);
         }
         for (uint32_t j = 0; j < k; j++) {
             zps_slot_t *sl = &d->slots[d->ranks[j]];
@@ -344,6 +349,8 @@ static uint32_t take_steps(zps_daemon_t *d)
             if (b)
                 zps_reply_cache_fill(&d->reply_cache, b, d->store.len,
                                      zps_consistency_version(d->consistency), crc);
+            if (shm_buf >= 0)
+                zps_shm_fill(&d->shm, shm_buf, zps_consistency_version(d->consistency), crc);
             d->count.steps++;
             zps_debug("step for clock %llu from %u pushes", (unsigned long long)clock, k);
         } else {
@@ -485,7 +492,8 @@ void zps_handle_push(zps_daemon_t *d, zps_request_t *r)
     zps_header_t pull = *req;
     pull.type = ZPS_MSG_PULL;
     pull.clock = req->clock + 1;
-    pull.flags = req->flags & ZPS_FLAG_BF16; /* the parameters as the gradient came */
+    /* The parameters as the gradient came: bfloat16, shared memory. */
+    pull.flags = req->flags & (ZPS_FLAG_BF16 | ZPS_FLAG_SHM);
     pull.json = NULL;
     /* Every reply to it, an error of its pull too, says the push was taken. */
     uint32_t carry =
@@ -585,6 +593,48 @@ void zps_handle_session(zps_daemon_t *d, zps_request_t *r)
     zps_reply_send(d, r, &h);
     sodium_memzero(key, sizeof(key));
     sodium_memzero(json, sizeof(json));
+}
+
+void zps_handle_shm(zps_daemon_t *d, zps_request_t *r)
+{
+    const zps_header_t *req = r->hdr;
+    if (d->cfg->no_shm) {
+        zps_reply_error(d, r, ZPS_EMODE, "this server grants no shared-memory sessions (--no-shm)");
+        return;
+    }
+    if (!check_worker(d, r, false))
+        return;
+    if (req->worker < 0 || r->peer->session || r->peer->fd < 0) {
+        zps_reply_error(d, r, ZPS_EMODE,
+                        "a shared-memory session is for a worker, asked over its own connection");
+        return;
+    }
+    if (!zps_consistency_initialized(d->consistency) || d->store.len == 0) {
+        zps_reply_error(d, r, ZPS_ENOTINIT, "no shared memory before the model is initialised");
+        return;
+    }
+    char why[ZPS_ERROR_TEXT_MAX];
+    if (!zps_shm_ready(&d->shm)) {
+        int rc = zps_shm_create(&d->shm, d->store.len, d->cfg->consistency.workers,
+                                d->cfg->shard_index, why, sizeof(why));
+        if (rc) {
+            zps_reply_error(d, r, rc, "%s", why);
+            return;
+        }
+        zps_info("shared memory %s for workers on this host (%llu bytes)", d->shm.name,
+                 (unsigned long long)zps_shm_bytes(&d->shm));
+    }
+    if (!zps_shm_grant(&d->shm, r->peer->fd, (uint32_t)req->worker, why, sizeof(why))) {
+        zps_reply_error(d, r, ZPS_EBUSY, "%s", why);
+        return;
+    }
+    char token[2 * ZPS_SHM_TOKEN_BYTES + 1], json[256];
+    zps_seal_hex(d->shm.layout->token, ZPS_SHM_TOKEN_BYTES, token);
+    snprintf(json, sizeof(json), "{\"name\":\"%s\",\"token\":\"%s\"}", d->shm.name, token);
+    zps_header_t h;
+    zps_reply_header(d, r, &h);
+    h.json = json;
+    zps_reply_send(d, r, &h);
 }
 
 void zps_handle_checkpoint(zps_daemon_t *d, zps_request_t *r)

@@ -35,6 +35,8 @@ void zps_handle_reload_keys(struct zps_daemon *d, zps_request_t *r);
 /* SESSION, over a CURVE connection: a sealed session for it (sessions.h);
  * the reply's json is {"session":HEX,"key":HEX,"cipher":NAME,"port":P}. */
 void zps_handle_session(struct zps_daemon *d, zps_request_t *r);
+/* MSG_SHM: a shared-memory session for a worker on this host (shm.h). */
+void zps_handle_shm(struct zps_daemon *d, zps_request_t *r);
 
 /* BSP: takes every step the rules say is due (none under SSP and ASP). */
 void zps_handlers_take_steps(struct zps_daemon *d);

@@ -44,6 +44,8 @@ static void usage(FILE *f)
             "                         where clients granted a session over CURVE send their\n"
             "                         AEAD-sealed messages (default 0: a free port)\n"
             "  --no-seal              grant no sealed sessions: every byte goes over CURVE\n"
+            "  --no-shm               grant no shared-memory sessions to workers on this host:\n"
+            "                         every byte goes over the socket\n"
             "\n"
             "Consistency:\n"
             "  --mode bsp|ssp|asp     synchronous, bounded-stale or asynchronous (default bsp)\n"
@@ -107,6 +109,7 @@ enum {
     OPT_AUTHORIZED_KEYS,
     OPT_SEAL_PORT,
     OPT_NO_SEAL,
+    OPT_NO_SHM,
     OPT_MODE,
     OPT_STALENESS,
     OPT_BACKUP,
@@ -136,6 +139,7 @@ static const struct option options[] = {
     {"authorized-keys", required_argument, NULL, OPT_AUTHORIZED_KEYS},
     {"seal-port", required_argument, NULL, OPT_SEAL_PORT},
     {"no-seal", no_argument, NULL, OPT_NO_SEAL},
+    {"no-shm", no_argument, NULL, OPT_NO_SHM},
     {"mode", required_argument, NULL, OPT_MODE},
     {"staleness", required_argument, NULL, OPT_STALENESS},
     {"backup-workers", required_argument, NULL, OPT_BACKUP},
@@ -227,6 +231,9 @@ int main(int argc, char **argv)
             break;
         case OPT_NO_SEAL:
             cfg.no_seal = true;
+            break;
+        case OPT_NO_SHM:
+            cfg.no_shm = true;
             break;
         case OPT_MODE:
             if (zps_mode_parse(a, &cfg.consistency.mode))

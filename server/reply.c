@@ -25,6 +25,29 @@ static bool log_allowed(zps_daemon_t *d)
     return d->errors_logged++ < 20;
 }
 
+/*
+ * A pull reply to a worker with a shared-memory session that asked for one
+ * (shm.h): the parameters go into a buffer lent to the session, and h says
+ * which. False when the reply carries them itself.
+ */
+static bool shm_reply(zps_daemon_t *d, const zps_request_t *r, zps_header_t *h)
+{
+    if (!(r->hdr->flags & ZPS_FLAG_SHM) || h->worker < 0 || r->peer->session)
+        return false;
+    zps_shm_session_t *x = zps_shm_find(&d->shm, r->peer->fd);
+    if (!x || x->rank != (uint32_t)h->worker)
+        return false;
+    uint32_t buf, crc;
+    if (zps_shm_lend(&d->shm, x, d->store.params, d->store.len,
+                     zps_consistency_version(d->consistency), &buf, &crc) != 0)
+        return false;
+    h->flags |= ZPS_FLAG_SHM;
+    h->shm_buffer = buf;
+    h->checksum = crc;
+    h->length = d->store.len;
+    return true;
+}
+
 void zps_reply_send(zps_daemon_t *d, const zps_request_t *r, zps_header_t *h)
 {
     h->reply = true;
@@ -42,7 +65,9 @@ void zps_reply_send(zps_daemon_t *d, const zps_request_t *r, zps_header_t *h)
         }
         session->used_ns = zps_now_ns();
     }
-    if (zps_wire_wants_payload(h)) {
+    if (zps_wire_wants_payload(h) && shm_reply(d, r, h)) {
+        rc = zps_wire_send(d->sock, r->peer, h, NULL, 0, NULL, NULL, ZMQ_DONTWAIT);
+    } else if (zps_wire_wants_payload(h)) {
         /* Observers have a cache of their own: replies they leave unread
          * cannot hold the copies the workers' pulls need. A client that
          * asks for bfloat16 gets the parameters rounded, from caches of

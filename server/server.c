@@ -160,6 +160,48 @@ static void on_liveness(uv_timer_t *t)
 
 /* ---- dispatch ---- */
 
+/*
+ * The shared-memory side of a request (shm.h): a new request from a session
+ * frees the buffer its last reply named; a PUSH whose gradient is in the
+ * session's slot gets it copied out, checked and scanned, as a payload
+ * frame would have been on receipt. False when r was refused (answered).
+ */
+static bool shm_payload(zps_daemon_t *d, zps_request_t *r)
+{
+    zps_message_t *m = r->msg;
+    zps_shm_session_t *x = m->peer.session ? NULL : zps_shm_find(&d->shm, m->peer.fd);
+    if (x)
+        zps_shm_release(&d->shm, x);
+    if (!(m->hdr.flags & ZPS_FLAG_SHM) || m->hdr.type == ZPS_MSG_PULL)
+        return true;
+    if (m->hdr.type != ZPS_MSG_PUSH) {
+        zps_reply_error(d, r, ZPS_EFRAMES, "only a PUSH has its payload in shared memory");
+        return false;
+    }
+    if (!x || m->hdr.worker < 0 || (uint32_t)m->hdr.worker != x->rank) {
+        zps_reply_error(d, r, ZPS_ESHM,
+                        "a PUSH from shared memory, but this connection has no session for "
+                        "worker %d",
+                        m->hdr.worker);
+        return false;
+    }
+    size_t bad;
+    float mx;
+    int rc = zps_shm_take_push(&d->shm, x, m->hdr.length, m->hdr.checksum, &m->payload, &bad, &mx);
+    if (rc) {
+        zps_reply_error(d, r, rc, "%s",
+                        rc == ZPS_ELENGTH     ? "the length is not this shard's"
+                        : rc == ZPS_ECHECKSUM ? "the gradient in shared memory fails its CRC32C"
+                                              : "out of memory");
+        return false;
+    }
+    m->has_payload = true;
+    m->scanned = true;
+    m->first_nonfinite = bad;
+    m->abs_max = mx;
+    return true;
+}
+
 /* Answers one received message; rc is what decoding it said. */
 static void handle(zps_daemon_t *d, zps_message_t *m, int rc)
 {
@@ -198,6 +240,8 @@ static void handle(zps_daemon_t *d, zps_message_t *m, int rc)
         zps_reply_error(d, &r, ZPS_EDENIED, "%s", why);
         return;
     }
+    if (!shm_payload(d, &r))
+        return;
     if (m->hdr.worker >= 0 && (uint32_t)m->hdr.worker < d->cfg->consistency.workers)
         heard_from(d, &r, (uint32_t)m->hdr.worker);
     switch (m->hdr.type) {
@@ -225,6 +269,9 @@ static void handle(zps_daemon_t *d, zps_message_t *m, int rc)
     case ZPS_MSG_SESSION:
         zps_handle_session(d, &r);
         break;
+    case ZPS_MSG_SHM:
+        zps_handle_shm(d, &r);
+        break;
     default:
         zps_reply_error(d, &r, ZPS_EMODE, "message type %u is not served by this server",
                         m->hdr.type);
@@ -242,11 +289,12 @@ static void connection_gone(void *arg, int fd)
     zps_handlers_cancel_connection(arg, fd);
 }
 
-/* A CURVE connection has closed: its sealed session ends with it. */
+/* A connection to the main socket has closed: its sealed and shared-memory sessions end with it. */
 static void curve_connection_gone(void *arg, int fd)
 {
     zps_daemon_t *d = arg;
     zps_sessions_end_fd(&d->sessions, fd);
+    zps_shm_end_fd(&d->shm, fd);
     zps_handlers_cancel_connection(d, fd);
 }
 
@@ -397,11 +445,14 @@ void zps_daemon_model_known(zps_daemon_t *d)
      * bound built on it): the parameters and optimizer state; BSP's
      * buffered pushes and the one being handled; the reply caches'
      * copies (reply_cache.h), the bfloat16 ones at half the size; a
-     * checkpoint's copy of the state. In halves of a copy: */
+     * checkpoint's copy of the state; the shared-memory segment. In halves
+     * of a copy: */
     uint64_t reply = ZPS_REPLY_POOL + w + ZPS_REPLY_OBSERVER_COPIES;
-    uint64_t halves =
-        2 * ((1 + k) + (cfg->consistency.mode == ZPS_MODE_BSP ? w : 0) + 1 + reply + (1 + k)) +
-        reply;
+    /* The shared-memory segment (shm.h): a slot per worker, w + 2 buffers. */
+    uint64_t shm = cfg->no_shm ? 0 : 2 * w + 2;
+    uint64_t halves = 2 * ((1 + k) + (cfg->consistency.mode == ZPS_MODE_BSP ? w : 0) + 1 + reply +
+                           (1 + k) + shm) +
+                      reply;
     /* ZeroMQ's own frame limit cannot follow: a listener keeps the options
      * it was bound with. The unread-bytes bound does the work. */
     uint64_t max_message = p + ZPS_MAX_HEADER_BYTES;
@@ -663,6 +714,7 @@ static void release(zps_daemon_t *d)
     zps_reply_cache_drop(&d->observer_cache);
     zps_reply_cache_drop(&d->reply_cache16);
     zps_reply_cache_drop(&d->observer_cache16);
+    zps_shm_destroy(&d->shm);
     zps_consistency_free(d->consistency);
     zps_store_fini(&d->store);
     if (d->sock && d->conns.monitor)

@@ -58,6 +58,8 @@ typedef struct zps_server_config {
      * lets the system pick the port (clients learn it when granted). */
     bool no_seal;
     uint16_t seal_port;
+    /* Shared-memory sessions (shm.h) for workers on this host that ask. */
+    bool no_shm;
     const char *metrics_listen; /* HOST:PORT of the Prometheus endpoint (metrics.h); NULL: none */
     /* Limits that hold whoever the peer is (conns.h). The largest message
      * before the model is initialised; after, the shard's payload plus

@@ -121,6 +121,12 @@ char *zps_stats_json(const zps_daemon_t *d)
                       d->sessions.used, (unsigned long long)d->sessions.granted,
                       (unsigned long long)d->sessions.ended, (unsigned long long)d->sessions.opened,
                       (unsigned long long)d->sessions.refused, d->seal_conns.open);
+    zps_strbuf_printf(&b,
+                      ",\"shm\":{\"on\":%s,\"bytes\":%llu,\"granted\":%llu,\"ended\":%llu,"
+                      "\"pushes\":%llu,\"replies\":%llu}",
+                      d->cfg->no_shm ? "false" : "true", (unsigned long long)zps_shm_bytes(&d->shm),
+                      (unsigned long long)d->shm.granted, (unsigned long long)d->shm.ended,
+                      (unsigned long long)d->shm.pushes, (unsigned long long)d->shm.replies);
     if (d->metrics) {
         zps_strbuf_printf(&b, ",\"metrics\":");
         zps_strbuf_json_string(&b, zps_metrics_http_address(d->metrics));

@@ -106,6 +106,7 @@ void zps_trainer_config_default(zps_trainer_config_t *cfg)
     zps_straggler_config_default(&cfg->straggler);
     cfg->final_wait = true;
     cfg->exchange = true;
+    cfg->shm = true;
     cfg->evaluate = true;
     cfg->progress = true;
     cfg->progress_interval_s = 10.0;
@@ -714,6 +715,7 @@ static int run_distributed(trainer_t *T)
     co.timeout_ms = cfg->timeout_ms;
     co.wait_log_ms = cfg->wait_log_ms;
     co.wire_bf16 = cfg->wire_bf16;
+    co.shm = cfg->shm;
     zps_client_t *client = NULL;
     int rc = secure_opts(cfg, &co);
     if (rc == 0)

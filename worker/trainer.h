@@ -84,6 +84,9 @@ typedef struct zps_trainer_config {
     /* Gradients and parameters as bfloat16 on the wire, gradients with
      * error feedback (zps_client_opts_t.wire_bf16); off: float32. */
     bool wire_bf16;
+    /* Ask each server for a shared-memory session (zps_client_opts_t.shm):
+     * servers on this host then move the bytes through shared memory. */
+    bool shm;
 
     /* reporting */
     uint64_t eval_every;        /* evaluate every K clocks (0: only at the end) */

@@ -62,6 +62,9 @@ static void usage(FILE *f)
             "  --wire-bf16            gradients and parameters as bfloat16 on the wire: half\n"
             "                         the bytes; gradients rounded with error feedback, the\n"
             "                         servers keep float32 (docs/worker.md)\n"
+            "  --no-shm               never ask a server for a shared-memory session: without\n"
+            "                         it, servers on this host move the bytes through shared\n"
+            "                         memory and the socket carries only headers\n"
             "\n"
             "Training:\n"
             "  --model SPEC           mlp:I-H1-...-O or linear:D (default mlp:784-256-128-10,\n"
@@ -291,6 +294,9 @@ int main(int argc, char **argv)
             break;
         case ZPS_WORKER_FLAG_WIRE_BF16:
             cfg.wire_bf16 = true;
+            break;
+        case ZPS_WORKER_FLAG_NO_SHM:
+            cfg.shm = false;
             break;
         case ZPS_WORKER_FLAG_NO_SEAL:
             cfg.no_seal = true;

@@ -287,8 +287,11 @@ static void build(request_t *q, const ref_t *r, uint64_t id)
         case 10:
             /* Not the exchange bit (common/wire.h, 1 << 6): an exchange's
              * reply waits for the next clock's pull, which this model of
-             * the server does not follow; test_exchange.c covers it. */
-            h.flags = (uint32_t)rnd() & ~(1u << 6);
+             * the server does not follow; test_exchange.c covers it. Nor
+             * the bits that say where and how the payload is (BF16, 1 << 8;
+             * SHM, 1 << 9): this model's payloads are float32 frames;
+             * test_wire.c, test_exchange.c and test_shm.c cover them. */
+            h.flags = (uint32_t)rnd() & ~((1u << 6) | (1u << 8) | (1u << 9));
             note(q, ", flags %#x", h.flags);
             break;
         case 11:
@@ -443,7 +446,9 @@ static void decide(view_t *v, const request_t *q, const ref_t *r)
     if (h->type != ZPS__MSG_TYPE__MSG_PUSH)
         return;
     v->is_push = true;
-    if (q->nframes != 2 || !worker_ok || !shard_ok)
+    /* A payload said to be bfloat16 (1 << 8) or in shared memory (1 << 9)
+     * is not this float32 frame: refused. */
+    if (q->nframes != 2 || !worker_ok || !shard_ok || (h->flags & ((1u << 8) | (1u << 9))))
         return;
     if (h->total != N || h->offset != LO || h->length != LEN || h->batch == 0)
         return;
@@ -489,7 +494,8 @@ static void send_request(fuzz_t *f, const request_t *q)
 typedef struct reply {
     Zps__Header *h;
     float payload[LEN];
-    size_t plen;
+    size_t plen; /* bytes as float32 (a bfloat16 payload is widened) */
+    bool bf16;   /* the payload came as bfloat16: the parameters rounded */
 } reply_t;
 
 static void recv_reply(fuzz_t *f, reply_t *out, const char *what)
@@ -504,15 +510,27 @@ static void recv_reply(fuzz_t *f, reply_t *out, const char *what)
     int more = zmq_msg_more(&m);
     zmq_msg_close(&m);
     out->plen = 0;
+    /* A request whose flipped bits asked for bfloat16 (1 << 8) gets it. */
+    out->bf16 = (out->h->flags & (1u << 8)) != 0;
+    size_t elem = out->bf16 ? 2 : sizeof(float);
     if (more) {
         zmq_msg_init(&m);
         assert_true(zmq_msg_recv(&m, f->sock, 0) >= 0);
-        out->plen = zmq_msg_size(&m);
-        if (out->plen != LEN * sizeof(float))
-            fail_msg("a reply payload of %zu bytes, after: %s", out->plen, what);
-        memcpy(out->payload, zmq_msg_data(&m), out->plen);
-        if (zps_crc32c(0, out->payload, out->plen) != out->h->checksum)
+        size_t bytes = zmq_msg_size(&m);
+        if (bytes != LEN * elem)
+            fail_msg("a reply payload of %zu bytes, after: %s", bytes, what);
+        if (zps_crc32c(0, zmq_msg_data(&m), bytes) != out->h->checksum)
             fail_msg("a reply payload whose checksum is wrong, after: %s", what);
+        const unsigned char *b = zmq_msg_data(&m);
+        for (size_t i = 0; i < LEN; i++) {
+            uint32_t u = 0;
+            if (out->bf16)
+                u = (uint32_t)(b[2 * i] | (b[2 * i + 1] << 8)) << 16;
+            else
+                memcpy(&u, b + 4 * i, 4);
+            memcpy(&out->payload[i], &u, 4);
+        }
+        out->plen = LEN * sizeof(float);
         assert_false(zmq_msg_more(&m));
         zmq_msg_close(&m);
     }
@@ -527,6 +545,16 @@ static void check_params(fuzz_t *f, const reply_t *rp, const char *what)
     if (v > f->ref.version)
         fail_msg("a pull reply names version %llu, the reference is at %llu, after: %s",
                  (unsigned long long)v, (unsigned long long)f->ref.version, what);
+    if (rp->bf16) {
+        /* Rounded to bfloat16: within half a unit of its 8 bits. */
+        for (size_t i = 0; i < LEN; i++) {
+            float want = f->ref.hist[v][i];
+            if (!(fabsf(rp->payload[i] - want) <= fabsf(want) * 0x1p-8f))
+                fail_msg("version %llu element %zu is %a in bfloat16, the reference %a, after: %s",
+                         (unsigned long long)v, i, (double)rp->payload[i], (double)want, what);
+        }
+        return;
+    }
     if (memcmp(rp->payload, f->ref.hist[v], sizeof(rp->payload)) != 0)
         fail_msg("version %llu is {%a, %a, %a}, the reference has {%a, %a, %a}, after: %s",
                  (unsigned long long)v, (double)rp->payload[0], (double)rp->payload[1],

@@ -24,7 +24,10 @@
 #   on_host I CMD...     runs CMD on host I (ip netns exec); MH_ENTER=nsenter
 #                        uses `nsenter --net=/run/netns/NAME` instead (slurmd
 #                        needs it: ip netns exec remounts /sys and hides
-#                        /sys/fs/cgroup)
+#                        /sys/fs/cgroup). Every command on a host sees that
+#                        host's own /dev/shm (shared by the host's processes,
+#                        not by two hosts': zps's shared memory as on
+#                        separate machines)
 #   on_host_nsenter I CMD...  the nsenter form, whatever MH_ENTER says
 #   mh_start I NAME CMD...    CMD on host I in the background, stdout and
 #                        stderr in $mh_dir/NAME.log; sets mh_pid and records it
@@ -188,6 +191,7 @@ mh_up() {
         ip -n "$mh_br_ns" link set "h$i" up
         ip -n "${mh_ns[$i]}" addr add "${mh_addr[$i]}/24" dev eth0
         ip -n "${mh_ns[$i]}" link set eth0 up
+        mkdir -m 1777 "$mh_dir/shm-$i"
     done
     mh_hosts=$n
     mh_check_no_default "$mh_br_ns"
@@ -220,22 +224,29 @@ mh_host_ns() {
     echo "${mh_ns[$1]}"
 }
 
+# Every command on a host runs with that host's own /dev/shm: a directory of
+# mh_dir bound over it in a mount namespace of the command's own, so that
+# processes on one host share their shared memory (zps-server's segment)
+# and processes on two hosts do not, as on separate machines. unshare and
+# sh exec: the PID stays the command's.
 on_host_nsenter() {
-    local ns
+    local ns host=$1
     ns=$(mh_host_ns "$1") || exit 1
     shift
-    nsenter --net="/run/netns/$ns" -- "$@"
+    nsenter --net="/run/netns/$ns" -- unshare --mount --propagation private \
+        sh -c 'mount --bind "$0" /dev/shm && exec "$@"' "$mh_dir/shm-$host" "$@"
 }
 
 on_host() {
-    local ns
+    local ns host=$1
     ns=$(mh_host_ns "$1") || exit 1
     if [ "${MH_ENTER:-netns}" = nsenter ]; then
         on_host_nsenter "$@"
         return
     fi
     shift
-    ip netns exec "$ns" "$@"
+    ip netns exec "$ns" unshare --mount --propagation private \
+        sh -c 'mount --bind "$0" /dev/shm && exec "$@"' "$mh_dir/shm-$host" "$@"
 }
 
 mh_start() {
@@ -245,10 +256,13 @@ mh_start() {
     mh_check_no_default "${mh_ns[$host]}"
     # A simple command in the background, and ip netns exec and nsenter exec
     # theirs: the PID is the process's own.
+    local shm="$mh_dir/shm-$host"
     if [ "${MH_ENTER:-netns}" = nsenter ]; then
-        nsenter --net="/run/netns/${mh_ns[$host]}" -- "$@" >"$mh_dir/$name.log" 2>&1 &
+        nsenter --net="/run/netns/${mh_ns[$host]}" -- unshare --mount --propagation private \
+            sh -c 'mount --bind "$0" /dev/shm && exec "$@"' "$shm" "$@" >"$mh_dir/$name.log" 2>&1 &
     else
-        ip netns exec "${mh_ns[$host]}" "$@" >"$mh_dir/$name.log" 2>&1 &
+        ip netns exec "${mh_ns[$host]}" unshare --mount --propagation private \
+            sh -c 'mount --bind "$0" /dev/shm && exec "$@"' "$shm" "$@" >"$mh_dir/$name.log" 2>&1 &
     fi
     mh_pid=$!
     mh_pids+=("$mh_pid")

@@ -1,0 +1,255 @@
+/*
+ * shm.c - the shard's shared-memory segment and its sessions; see shm.h.
+ */
+#include "shm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "checksum.h"
+#include "error.h"
+#include "log.h"
+#include "wire.h"
+
+#define PAGE 4096u
+
+static uint64_t round_page(uint64_t n)
+{
+    return (n + PAGE - 1) / PAGE * PAGE;
+}
+
+int zps_shm_create(zps_shm_t *s, uint64_t len, uint32_t workers, uint32_t shard_index, char *why,
+                   size_t why_size)
+{
+    static unsigned serial;
+    if (len == 0 || workers == 0 || len > (UINT64_MAX / 4) / ((uint64_t)2 * workers + 2)) {
+        zps_set_reason(why, why_size, "no shared memory for a shard of %llu elements",
+                       (unsigned long long)len);
+        return ZPS_EINVAL;
+    }
+    if (sodium_init() < 0) {
+        zps_set_reason(why, why_size, "libsodium cannot start: no random token");
+        return ZPS_EIO;
+    }
+    uint32_t nbufs = workers + 2;
+    uint64_t stride = round_page(len * sizeof(float));
+    uint64_t size = PAGE + stride * ((uint64_t)nbufs + workers);
+    zps_shm_buf_t *bufs = calloc(nbufs, sizeof(*bufs));
+    zps_shm_session_t *sessions = calloc(workers, sizeof(*sessions));
+    if (!bufs || !sessions) {
+        free(bufs);
+        free(sessions);
+        return ZPS_ENOMEM;
+    }
+    snprintf(s->name, sizeof(s->name), "/zps-%ld-%u-%u", (long)getpid(), shard_index, serial++);
+    int fd = shm_open(s->name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    void *base = MAP_FAILED;
+    if (fd >= 0 && ftruncate(fd, (off_t)size) == 0)
+        base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    int err = errno;
+    if (fd >= 0)
+        close(fd);
+    if (base == MAP_FAILED) {
+        zps_set_reason(why, why_size, "cannot create shared memory %s (%llu bytes): %s", s->name,
+                       (unsigned long long)size, strerror(err));
+        if (fd >= 0)
+            shm_unlink(s->name);
+        s->name[0] = '\0';
+        free(bufs);
+        free(sessions);
+        return ZPS_EIO;
+    }
+    zps_shm_layout_t *l = base;
+    memset(l, 0, sizeof(*l));
+    memcpy(l->magic, ZPS_SHM_MAGIC, sizeof(l->magic));
+    randombytes_buf(l->token, sizeof(l->token));
+    l->len = len;
+    l->workers = workers;
+    l->nbufs = nbufs;
+    l->stride = stride;
+    l->buf_offset = PAGE;
+    l->slot_offset = PAGE + stride * nbufs;
+    l->size = size;
+    for (uint32_t i = 0; i < workers; i++) {
+        sessions[i].fd = -1;
+        sessions[i].lent = -1;
+    }
+    s->base = base;
+    s->layout = l;
+    s->bufs = bufs;
+    s->sessions = sessions;
+    s->nsessions = workers;
+    return 0;
+}
+
+void zps_shm_destroy(zps_shm_t *s)
+{
+    if (s->base) {
+        munmap(s->base, s->layout->size);
+        shm_unlink(s->name);
+    }
+    free(s->bufs);
+    free(s->sessions);
+    memset(s, 0, sizeof(*s));
+}
+
+uint64_t zps_shm_bytes(const zps_shm_t *s)
+{
+    return s->base ? s->layout->size : 0;
+}
+
+static void release_buf(zps_shm_t *s, zps_shm_session_t *x)
+{
+    if (x->lent >= 0 && s->bufs[x->lent].lent > 0)
+        s->bufs[x->lent].lent--;
+    x->lent = -1;
+}
+
+static void end_session(zps_shm_t *s, zps_shm_session_t *x)
+{
+    release_buf(s, x);
+    x->fd = -1;
+    s->ended++;
+    s->active--;
+}
+
+zps_shm_session_t *zps_shm_find(zps_shm_t *s, int fd)
+{
+    for (uint32_t i = 0; i < s->nsessions && fd >= 0; i++)
+        if (s->sessions[i].fd == fd)
+            return &s->sessions[i];
+    return NULL;
+}
+
+zps_shm_session_t *zps_shm_grant(zps_shm_t *s, int fd, uint32_t rank, char *why, size_t why_size)
+{
+    if (!s->base || fd < 0 || rank >= s->nsessions) {
+        zps_set_reason(why, why_size, "no shared-memory slot for worker %u", rank);
+        return NULL;
+    }
+    zps_shm_session_t *mine = zps_shm_find(s, fd);
+    if (mine)
+        end_session(s, mine);
+    /* Sessions are kept by rank: the slot is the rank's. */
+    zps_shm_session_t *x = &s->sessions[rank];
+    if (x->fd >= 0) {
+        zps_set_reason(why, why_size,
+                       "worker %u's shared-memory slot is held by another connection", rank);
+        return NULL;
+    }
+    x->fd = fd;
+    x->rank = rank;
+    x->lent = -1;
+    s->granted++;
+    s->active++;
+    return x;
+}
+
+void zps_shm_end_fd(zps_shm_t *s, int fd)
+{
+    zps_shm_session_t *x = zps_shm_find(s, fd);
+    if (x)
+        end_session(s, x);
+}
+
+void zps_shm_release(zps_shm_t *s, zps_shm_session_t *x)
+{
+    release_buf(s, x);
+}
+
+static unsigned char *region(const zps_shm_t *s, uint64_t offset, uint32_t index)
+{
+    return (unsigned char *)s->base + offset + (uint64_t)index * s->layout->stride;
+}
+
+int zps_shm_take_push(zps_shm_t *s, const zps_shm_session_t *x, uint64_t len, uint32_t crc,
+                      zmq_msg_t *out, size_t *first_bad, float *abs_max)
+{
+    if (len != s->layout->len)
+        return ZPS_ELENGTH;
+    if (zmq_msg_init_size(out, len * sizeof(float)) != 0)
+        return ZPS_ENOMEM;
+    const float *slot = (const float *)region(s, s->layout->slot_offset, x->rank);
+    /* The copy is what is checked and used: the slot may change under us. */
+    if (zps_crc_copy_scan_max(zmq_msg_data(out), slot, len, first_bad, abs_max) != crc) {
+        zmq_msg_close(out);
+        return ZPS_ECHECKSUM;
+    }
+    s->pushes++;
+    return 0;
+}
+
+/* A buffer nobody reads: an empty one, else the one of the oldest version; -1: none. */
+static int free_buf(const zps_shm_t *s)
+{
+    int pick = -1;
+    for (uint32_t i = 0; i < s->layout->nbufs; i++) {
+        const zps_shm_buf_t *b = &s->bufs[i];
+        if (b->lent > 0)
+            continue;
+        if (pick < 0 || !b->valid || (s->bufs[pick].valid && b->version < s->bufs[pick].version))
+            pick = (int)i;
+        if (!b->valid)
+            break;
+    }
+    return pick;
+}
+
+float *zps_shm_reserve(zps_shm_t *s, int *index)
+{
+    if (!s->base || s->active == 0)
+        return NULL;
+    int pick = free_buf(s);
+    if (pick < 0)
+        return NULL;
+    s->bufs[pick].valid = false;
+    *index = pick;
+    return (float *)region(s, s->layout->buf_offset, (uint32_t)pick);
+}
+
+void zps_shm_fill(zps_shm_t *s, int index, uint64_t version, uint32_t crc)
+{
+    zps_shm_buf_t *b = &s->bufs[index];
+    b->version = version;
+    b->crc = crc;
+    b->valid = true;
+}
+
+int zps_shm_lend(zps_shm_t *s, zps_shm_session_t *x, const float *params, uint64_t len,
+                 uint64_t version, uint32_t *buf, uint32_t *crc)
+{
+    if (len != s->layout->len)
+        return ZPS_ELENGTH;
+    release_buf(s, x);
+    int pick = -1;
+    for (uint32_t i = 0; i < s->layout->nbufs; i++) {
+        if (s->bufs[i].valid && s->bufs[i].version == version) {
+            pick = (int)i;
+            break;
+        }
+    }
+    if (pick < 0) {
+        pick = free_buf(s);
+        if (pick < 0)
+            return ZPS_EBUSY;
+        zps_shm_buf_t *b = &s->bufs[pick];
+        b->valid = false;
+        b->crc = zps_crc32c_copy(0, region(s, s->layout->buf_offset, (uint32_t)pick), params,
+                                 len * sizeof(float));
+        b->version = version;
+        b->valid = true;
+    }
+    s->bufs[pick].lent++;
+    x->lent = pick;
+    *buf = (uint32_t)pick;
+    *crc = s->bufs[pick].crc;
+    s->replies++;
+    return 0;
+}
