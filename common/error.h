@@ -52,7 +52,7 @@
     X(ZPS_EPARTIAL, -30, "taken by some shards only")                                              \
     X(ZPS_EDENIED, -31, "not authorized")                                                          \
     X(ZPS_EAUTH, -32, "authentication failed")                                                     \
-    X(ZPS_ESEAL, -33, "sealed message refused: unknown session, bad tag or replayed")           \
+    X(ZPS_ESEAL, -33, "sealed message refused: unknown session, bad tag or replayed")              \
     X(ZPS_ESHM, -34, "no shared-memory session on this connection")
 
 enum zps_error {
