@@ -448,8 +448,9 @@ void zps_daemon_model_known(zps_daemon_t *d)
      * checkpoint's copy of the state; the shared-memory segment. In halves
      * of a copy: */
     uint64_t reply = ZPS_REPLY_POOL + w + ZPS_REPLY_OBSERVER_COPIES;
-    /* The shared-memory segment (shm.h): a slot per worker, w + 2 buffers. */
-    uint64_t shm = cfg->no_shm ? 0 : 2 * w + 2;
+    /* The shared-memory segment (shm.h): a slot per worker, w + 2 buffers;
+     * and two private copies of each worker's pushes. */
+    uint64_t shm = cfg->no_shm ? 0 : 4 * w + 2;
     uint64_t halves = 2 * ((1 + k) + (cfg->consistency.mode == ZPS_MODE_BSP ? w : 0) + 1 + reply +
                            (1 + k) + shm) +
                       reply;

@@ -43,9 +43,11 @@ int zps_shm_create(zps_shm_t *s, uint64_t len, uint32_t workers, uint32_t shard_
     uint64_t size = PAGE + stride * ((uint64_t)nbufs + workers);
     zps_shm_buf_t *bufs = calloc(nbufs, sizeof(*bufs));
     zps_shm_session_t *sessions = calloc(workers, sizeof(*sessions));
-    if (!bufs || !sessions) {
+    zps_shm_copy_t *copies = calloc((size_t)workers * ZPS_SHM_COPIES, sizeof(*copies));
+    if (!bufs || !sessions || !copies) {
         free(bufs);
         free(sessions);
+        free(copies);
         return ZPS_ENOMEM;
     }
     snprintf(s->name, sizeof(s->name), "/zps-%ld-%u-%u", (long)getpid(), shard_index, serial++);
@@ -64,6 +66,7 @@ int zps_shm_create(zps_shm_t *s, uint64_t len, uint32_t workers, uint32_t shard_
         s->name[0] = '\0';
         free(bufs);
         free(sessions);
+        free(copies);
         return ZPS_EIO;
     }
     zps_shm_layout_t *l = base;
@@ -85,6 +88,7 @@ int zps_shm_create(zps_shm_t *s, uint64_t len, uint32_t workers, uint32_t shard_
     s->layout = l;
     s->bufs = bufs;
     s->sessions = sessions;
+    s->copies = copies;
     s->nsessions = workers;
     return 0;
 }
@@ -97,6 +101,11 @@ void zps_shm_destroy(zps_shm_t *s)
     }
     free(s->bufs);
     free(s->sessions);
+    /* The messages built on the copies are closed by now (the daemon's
+     * buffered pushes go first). */
+    for (uint32_t i = 0; s->copies && i < s->nsessions * ZPS_SHM_COPIES; i++)
+        free(s->copies[i].data);
+    free(s->copies);
     memset(s, 0, sizeof(*s));
 }
 
@@ -169,12 +178,37 @@ static unsigned char *region(const zps_shm_t *s, uint64_t offset, uint32_t index
     return (unsigned char *)s->base + offset + (uint64_t)index * s->layout->stride;
 }
 
+/* ZeroMQ's free function for a message on a private copy: called when it is closed. */
+static void copy_released(void *data, void *hint)
+{
+    (void)data;
+    ((zps_shm_copy_t *)hint)->busy = false;
+}
+
+/* A message of len floats on a free private copy of x's rank, or a new one. */
+static int copy_msg(zps_shm_t *s, const zps_shm_session_t *x, uint64_t len, zmq_msg_t *out)
+{
+    size_t bytes = len * sizeof(float);
+    for (int i = 0; i < ZPS_SHM_COPIES; i++) {
+        zps_shm_copy_t *c = &s->copies[(size_t)x->rank * ZPS_SHM_COPIES + (size_t)i];
+        if (c->busy)
+            continue;
+        if (!c->data)
+            c->data = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+        if (c->data && zmq_msg_init_data(out, c->data, bytes, copy_released, c) == 0) {
+            c->busy = true;
+            return 0;
+        }
+    }
+    return zmq_msg_init_size(out, bytes) == 0 ? 0 : ZPS_ENOMEM;
+}
+
 int zps_shm_take_push(zps_shm_t *s, const zps_shm_session_t *x, uint64_t len, uint32_t crc,
                       zmq_msg_t *out, size_t *first_bad, float *abs_max)
 {
     if (len != s->layout->len)
         return ZPS_ELENGTH;
-    if (zmq_msg_init_size(out, len * sizeof(float)) != 0)
+    if (copy_msg(s, x, len, out) != 0)
         return ZPS_ENOMEM;
     const float *slot = (const float *)region(s, s->layout->slot_offset, x->rank);
     /* The copy is what is checked and used: the slot may change under us. */

@@ -41,6 +41,7 @@
 #include "shm_layout.h"
 
 #define ZPS_SHM_NAME_MAX 64
+#define ZPS_SHM_COPIES 2 /* private copies of pushed gradients kept per rank */
 
 typedef struct zps_shm_buf {
     uint64_t version; /* of the parameters it holds, when valid */
@@ -48,6 +49,12 @@ typedef struct zps_shm_buf {
     bool valid;
     uint32_t lent; /* sessions that may still be reading it */
 } zps_shm_buf_t;
+
+/* A private copy of a rank's gradient, reused push after push (no fresh pages each time). */
+typedef struct zps_shm_copy {
+    float *data; /* len floats, or NULL until first used */
+    bool busy;   /* a message built on it is alive */
+} zps_shm_copy_t;
 
 typedef struct zps_shm_session {
     int fd;        /* the connection; -1: the entry is free */
@@ -61,6 +68,7 @@ typedef struct zps_shm {
     zps_shm_layout_t *layout; /* = base */
     zps_shm_buf_t *bufs;
     zps_shm_session_t *sessions; /* one per rank at most */
+    zps_shm_copy_t *copies;      /* ZPS_SHM_COPIES per rank */
     uint32_t nsessions;
     uint32_t active; /* sessions open */
     /* Counters (STATS `shm`). */
@@ -103,8 +111,9 @@ void zps_shm_end_fd(zps_shm_t *s, int fd);
 void zps_shm_release(zps_shm_t *s, zps_shm_session_t *x);
 
 /*
- * The gradient in x's slot: copies len floats of it into *out (a new
- * message) while checking its CRC32C against crc and scanning it (first
+ * The gradient in x's slot: copies len floats of it into *out (a message on
+ * one of the rank's reused private copies, or a new one when both are
+ * still held) while checking its CRC32C against crc and scanning it (first
  * non-finite index, largest magnitude) in the same pass. Returns 0,
  * ZPS_ELENGTH (len is not the shard's), ZPS_ECHECKSUM or ZPS_ENOMEM (*out
  * not initialised on failure).
