@@ -26,12 +26,19 @@
  * KIND is pushpull (zps push(t) + pull(t+1)), pushpull-raw (the raw
  * two-round-trip baseline above), exchange (zps's one exchange per clock:
  * the gradient of t and the pull of t+1 in one message each way), echo (raw
- * ZeroMQ, one message each way: the floor for an exchange), and with
+ * ZeroMQ, one message each way: the floor for an exchange), exchange-shm
+ * (the exchange through a shared-memory session, as a worker on the
+ * server's host makes it), memcpy (a plain memcpy of the same bytes each
+ * way: the floor for exchange-shm), and with
  * --curve also exchange-curve (the exchange, every byte over CURVE),
  * exchange-sealed (the exchange in a sealed session) and echo-curve (the
- * echo over CURVE). gbps counts the 2X payload bytes.
+ * echo over CURVE), and with --bf16 exchange-bf16 (the exchange with
+ * bfloat16 on the wire, zps-worker --wire-bf16: X/2 bytes each way, the
+ * client's rounding with error feedback and the server's widening
+ * included). gbps counts the 2X payload bytes of float32, whatever the wire
+ * carried.
  *
- *   bench_pushpull [--sizes 4K,1M,16M,64M] [--seconds S] [--curve]
+ *   bench_pushpull [--sizes 4K,1M,16M,64M] [--seconds S] [--curve] [--bf16]
  */
 #include <errno.h>
 #include <signal.h>
@@ -247,6 +254,33 @@ static result_t bench_raw(const raw_server_t *rs, size_t bytes, int rounds)
 }
 
 /* X bytes up from the caller's buffer without copying, the same X bytes back into it. */
+/*
+ * The floor of the shared-memory exchange: a plain memcpy of the same bytes
+ * each way (X into a buffer, X back out), in this process, warm buffers.
+ */
+static result_t bench_memcpy(size_t bytes, int rounds)
+{
+    char *a = malloc(bytes), *b = malloc(bytes), *c = malloc(bytes);
+    memset(a, 1, bytes);
+    memset(b, 2, bytes);
+    memset(c, 3, bytes);
+    double *t = malloc(sizeof(double) * (size_t)(rounds + 2));
+    for (int r = -2; r < rounds; r++) {
+        uint64_t t0 = zps_now_ns();
+        memcpy(b, a, bytes);
+        memcpy(c, b, bytes);
+        /* Keeps the copies from being optimised away. */
+        __asm__ volatile("" : : "r"(c) : "memory");
+        if (r >= 0)
+            t[r] = (double)(zps_now_ns() - t0) / 1e9;
+    }
+    result_t res = median_of(t, rounds);
+    free(a);
+    free(b);
+    free(c);
+    return res;
+}
+
 static result_t bench_echo(const raw_server_t *rs, size_t bytes, int rounds)
 {
     void *ctx = zmq_ctx_new();
@@ -350,7 +384,8 @@ typedef enum { SEC_PLAIN, SEC_CURVE, SEC_SEALED } security_t;
  * zps_client_exchange(t); with keys (keys_make first) all over CURVE, or in
  * a sealed session.
  */
-static result_t bench_zps(size_t bytes, int rounds, security_t sec, bool exchange)
+static result_t bench_zps(size_t bytes, int rounds, security_t sec, bool exchange, bool bf16,
+                          bool shm)
 {
     bool curve = sec != SEC_PLAIN;
     harness_server_t srv;
@@ -380,6 +415,8 @@ static result_t bench_zps(size_t bytes, int rounds, security_t sec, bool exchang
         exit(1);
     }
     o.no_seal = sec == SEC_CURVE;
+    o.wire_bf16 = bf16;
+    o.shm = shm;
     zps_client_t *c;
     int made = zps_client_new(eps, 1, &o, &c);
     zps_client_opts_clear(&o);
@@ -458,10 +495,12 @@ static void print_result(const char *kind, size_t bytes, result_t r)
            gbps(bytes, r));
 }
 
-/* What is measured for one payload (the last three only with --curve). */
+/* What is measured for one payload (echo_curve, exchange_curve and
+ * exchange_sealed only with --curve, exchange_bf16 only with --bf16). */
 typedef struct row {
     size_t bytes;
     result_t zps_plain, raw, echo_plain, echo_curve, exchange, exchange_curve, exchange_sealed;
+    result_t exchange_bf16, exchange_shm, copy;
 } row_t;
 
 static void print_exchange_table(const row_t *rows, size_t count)
@@ -505,11 +544,48 @@ static void print_curve_table(const row_t *rows, size_t count)
     }
 }
 
+static void print_shm_table(const row_t *rows, size_t count)
+{
+    printf("\nshared memory: the exchange through a shared-memory session (the worker and the\n"
+           "server on one host; headers over the socket), against the same exchange over the\n"
+           "socket and a plain memcpy of the same bytes each way\n\n");
+    printf("%9s %7s | %12s %9s | %12s %9s | %12s | %10s\n", "payload", "rounds", "shm", "GB/s",
+           "memcpy", "GB/s", "socket", "shm GB/s /");
+    printf("%9s %7s | %12s %9s | %12s %9s | %12s | %10s\n", "", "", "RTT", "", "", "", "RTT",
+           "memcpy");
+    for (size_t k = 0; k < count; k++) {
+        const row_t *w = &rows[k];
+        char label[32];
+        size_label(label, sizeof(label), w->bytes);
+        printf("%9s %7d | %9.1f us %9.2f | %9.1f us %9.2f | %9.1f us | %10.2f\n", label,
+               w->exchange_shm.rounds, w->exchange_shm.seconds * 1e6,
+               gbps(w->bytes, w->exchange_shm), w->copy.seconds * 1e6, gbps(w->bytes, w->copy),
+               w->exchange.seconds * 1e6, w->copy.seconds / w->exchange_shm.seconds);
+    }
+}
+
+static void print_bf16_table(const row_t *rows, size_t count)
+{
+    printf("\nbfloat16 on the wire: the exchange with float32 values, and with bfloat16 ones\n"
+           "(half the bytes each way, rounded on the client with error feedback and widened\n"
+           "on the server, and back); the payload is the float32 size\n\n");
+    printf("%9s %7s | %12s | %12s %8s\n", "payload", "rounds", "float32", "bfloat16", "f32 RTT/");
+    printf("%9s %7s | %12s | %12s %8s\n", "", "", "RTT", "RTT", "bf16 RTT");
+    for (size_t k = 0; k < count; k++) {
+        const row_t *w = &rows[k];
+        char label[32];
+        size_label(label, sizeof(label), w->bytes);
+        printf("%9s %7d | %9.1f us | %9.1f us %8.2f\n", label, w->exchange_bf16.rounds,
+               w->exchange.seconds * 1e6, w->exchange_bf16.seconds * 1e6,
+               w->exchange.seconds / w->exchange_bf16.seconds);
+    }
+}
+
 int main(int argc, char **argv)
 {
     const char *sizes = "4K,1M,16M,64M";
     double seconds = 2.0;
-    bool curve = false;
+    bool curve = false, bf16 = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--sizes") == 0 && i + 1 < argc)
             sizes = argv[++i];
@@ -517,9 +593,11 @@ int main(int argc, char **argv)
             seconds = atof(argv[++i]);
         else if (strcmp(argv[i], "--curve") == 0)
             curve = true;
+        else if (strcmp(argv[i], "--bf16") == 0)
+            bf16 = true;
         else {
-            fprintf(stderr,
-                    "usage: bench_pushpull [--sizes 4K,1M,16M,64M] [--seconds S] [--curve]\n");
+            fprintf(stderr, "usage: bench_pushpull [--sizes 4K,1M,16M,64M] [--seconds S] [--curve] "
+                            "[--bf16]\n");
             return 2;
         }
     }
@@ -563,7 +641,7 @@ int main(int argc, char **argv)
         size_t b = list[k];
         int rounds = rounds_for(b, seconds, 1.5e9);
         result_t raw_r = bench_raw(&raw, b, rounds);
-        result_t zps_r = bench_zps(b, rounds, SEC_PLAIN, false);
+        result_t zps_r = bench_zps(b, rounds, SEC_PLAIN, false, false, false);
         double zgbs = gbps(b, zps_r), rgbs = gbps(b, raw_r);
         char label[32];
         size_label(label, sizeof(label), b);
@@ -575,17 +653,25 @@ int main(int argc, char **argv)
         w->zps_plain = zps_r;
         w->raw = raw_r;
         w->echo_plain = bench_echo(&echo, b, rounds);
-        w->exchange = bench_zps(b, rounds, SEC_PLAIN, true);
+        w->exchange = bench_zps(b, rounds, SEC_PLAIN, true, false, false);
         if (curve) {
             /* CURVE moves ~10x slower than plain TCP here: fewer rounds, about as long. */
             int crounds = rounds_for(b, seconds, 1.5e8);
             w->echo_curve = bench_echo(&echo_curve, b, crounds);
-            w->exchange_curve = bench_zps(b, crounds, SEC_CURVE, true);
-            w->exchange_sealed = bench_zps(b, rounds_for(b, seconds, 6e8), SEC_SEALED, true);
+            w->exchange_curve = bench_zps(b, crounds, SEC_CURVE, true, false, false);
+            w->exchange_sealed =
+                bench_zps(b, rounds_for(b, seconds, 6e8), SEC_SEALED, true, false, false);
         }
+        w->exchange_shm = bench_zps(b, rounds, SEC_PLAIN, true, false, true);
+        w->copy = bench_memcpy(b, rounds_for(b, seconds, 5e9));
+        if (bf16)
+            w->exchange_bf16 = bench_zps(b, rounds, SEC_PLAIN, true, true, false);
         fflush(stdout);
     }
     print_exchange_table(rows, count);
+    print_shm_table(rows, count);
+    if (bf16)
+        print_bf16_table(rows, count);
     if (curve)
         print_curve_table(rows, count);
     printf("\n");
@@ -595,11 +681,15 @@ int main(int argc, char **argv)
         print_result("pushpull-raw", w->bytes, w->raw);
         print_result("exchange", w->bytes, w->exchange);
         print_result("echo", w->bytes, w->echo_plain);
+        print_result("exchange-shm", w->bytes, w->exchange_shm);
+        print_result("memcpy", w->bytes, w->copy);
         if (curve) {
             print_result("exchange-curve", w->bytes, w->exchange_curve);
             print_result("exchange-sealed", w->bytes, w->exchange_sealed);
             print_result("echo-curve", w->bytes, w->echo_curve);
         }
+        if (bf16)
+            print_result("exchange-bf16", w->bytes, w->exchange_bf16);
     }
     raw_stop(&raw);
     raw_stop(&echo);
