@@ -39,6 +39,12 @@ bool harness_secure(void)
     return v && *v && strcmp(v, "0") != 0;
 }
 
+bool harness_shm(void)
+{
+    const char *v = getenv("ZPS_TEST_SHM");
+    return v && *v && strcmp(v, "0") != 0;
+}
+
 const char *harness_client_key(void)
 {
     return client_key;

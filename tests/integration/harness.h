@@ -57,6 +57,10 @@ long harness_rss_kb(pid_t pid);
 /* Whether ZPS_TEST_SECURE asks for keys. */
 bool harness_secure(void);
 
+/* Whether ZPS_TEST_SHM asks every worker client (worker >= 0) to use
+ * shared-memory sessions (zps_client_opts_t.shm; the suite's `_shm` twins). */
+bool harness_shm(void);
+
 /* Makes the secure suite's keys once (0, or -1 with a message on stderr). */
 int harness_secure_keys(void);
 

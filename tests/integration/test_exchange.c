@@ -151,6 +151,13 @@ static void test_bsp_exchange(void **state)
     assert_non_null(strstr(json, "\"exchanges\":3"));
     assert_non_null(strstr(json, "\"applied\":0")); /* BSP: steps, not pushes applied */
     assert_non_null(strstr(json, "\"steps\":1"));
+    if (harness_shm()) {
+        /* The twin over shared memory: both workers' exchanges went through
+         * it (their pulls asked for the sessions). */
+        const char *shm = strstr(json, "\"shm\":{");
+        assert_non_null(shm);
+        assert_non_null(strstr(shm, "\"pushes\":2,"));
+    }
     free(json);
     zps_client_free(c);
     for (int i = 0; i < 2; i++)
