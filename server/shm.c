@@ -3,8 +3,10 @@
  */
 #include "shm.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +27,41 @@ static uint64_t round_page(uint64_t n)
     return (n + PAGE - 1) / PAGE * PAGE;
 }
 
+/*
+ * Removes the segments of servers that died without removing theirs
+ * (SIGKILL, a crash): /dev/shm/zps-PID-* of this user whose PID no longer
+ * exists. A PID taken since by another process keeps its segment.
+ */
+static void sweep_stale(void)
+{
+    DIR *dir = opendir("/dev/shm");
+    if (!dir)
+        return;
+    unsigned removed = 0;
+    struct dirent *e;
+    while ((e = readdir(dir)) != NULL) {
+        long pid;
+        unsigned a, b;
+        char tail;
+        if (sscanf(e->d_name, "zps-%ld-%u-%u%c", &pid, &a, &b, &tail) != 3 || pid <= 0 ||
+            pid == (long)getpid())
+            continue;
+        char path[300];
+        struct stat st;
+        snprintf(path, sizeof(path), "/dev/shm/%s", e->d_name);
+        if (stat(path, &st) != 0 || st.st_uid != geteuid())
+            continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;
+        snprintf(path, sizeof(path), "/%s", e->d_name);
+        if (shm_unlink(path) == 0)
+            removed++;
+    }
+    closedir(dir);
+    if (removed)
+        zps_info("removed %u shared-memory segment(s) of servers no longer running", removed);
+}
+
 int zps_shm_create(zps_shm_t *s, uint64_t len, uint32_t workers, uint32_t shard_index, char *why,
                    size_t why_size)
 {
@@ -38,6 +75,7 @@ int zps_shm_create(zps_shm_t *s, uint64_t len, uint32_t workers, uint32_t shard_
         zps_set_reason(why, why_size, "libsodium cannot start: no random token");
         return ZPS_EIO;
     }
+    sweep_stale();
     uint32_t nbufs = workers + 2;
     uint64_t stride = round_page(len * sizeof(float));
     uint64_t size = PAGE + stride * ((uint64_t)nbufs + workers);

@@ -76,7 +76,9 @@ typedef struct zps_shm {
 } zps_shm_t;
 
 /*
- * Creates the segment for a shard of len elements and `workers` ranks.
+ * Creates the segment for a shard of len elements and `workers` ranks,
+ * after removing those of this user's servers that died without removing
+ * theirs (a /dev/shm/zps-PID-* whose PID is gone).
  * Returns 0, ZPS_EIO (why says what failed) or ZPS_ENOMEM. s must be zeroed
  * first; nothing is created when it fails.
  */

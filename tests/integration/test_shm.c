@@ -12,7 +12,9 @@
  *     length is not the shard's, one from a connection without a session,
  *     one for another rank, and an INIT claiming shared memory are each
  *     refused with their own code and change nothing; a second connection
- *     cannot take the rank's slot while the first holds it.
+ *     cannot take the rank's slot while the first holds it;
+ *   - a segment left by a server that died (its PID gone) is removed when a
+ *     server creates its own.
  */
 #include <fcntl.h>
 #include <math.h>
@@ -26,6 +28,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -284,6 +287,18 @@ static void pull_all(harness_server_t *srv, float *out)
 static void test_raw_peer(void **state)
 {
     (void)state;
+    /* A segment named as a dead server's: the PID of a child that exited. */
+    pid_t gone = fork();
+    assert_true(gone >= 0);
+    if (gone == 0)
+        _exit(0);
+    assert_int_equal(waitpid(gone, NULL, 0), gone);
+    char stale[64];
+    snprintf(stale, sizeof(stale), "/zps-%ld-7-0", (long)gone);
+    int sfd = shm_open(stale, O_RDWR | O_CREAT | O_EXCL, 0600);
+    assert_true(sfd >= 0);
+    close(sfd);
+
     harness_server_t srv[1];
     start(srv, 1, "asp", "2", false);
     raw_t r, other;
@@ -298,6 +313,13 @@ static void test_raw_peer(void **state)
     assert_int_equal(zps_client_init(c, w0, N), 0);
     zps_client_free(c);
     assert_int_equal(raw_session(&r, 0, &base, &l), 0);
+    /* Creating its segment, the server removed the dead one's. */
+    sfd = shm_open(stale, O_RDONLY, 0);
+    if (sfd >= 0) {
+        close(sfd);
+        shm_unlink(stale);
+        fail_msg("the stale segment %s is still there", stale);
+    }
     assert_int_equal(l.len, N);
     assert_int_equal(l.workers, 2);
     /* No rank beyond the workers; not the rank another connection holds. */
