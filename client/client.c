@@ -1346,6 +1346,14 @@ static void attach_slices(zps_client_t *c, const float *v, uint64_t n)
  * an element in the message ("gradient element"). Returns 0 or
  * ZPS_ENONFINITE.
  */
+/* Refuses a call whose value `bad` of shard k's slice is not finite (nothing is sent). */
+static int refuse_nonfinite(zps_client_t *c, const conn_t *k, const char *what, size_t bad)
+{
+    set_error(c, "%s %llu is %g: nothing was sent", what, (unsigned long long)(k->req.offset + bad),
+              (double)((const float *)k->payload)[bad]);
+    return ZPS_ENONFINITE;
+}
+
 static int sum_slices(zps_client_t *c, const char *what)
 {
     for (size_t i = 0; i < c->nconns; i++) {
@@ -1360,11 +1368,8 @@ static int sum_slices(zps_client_t *c, const char *what)
         } else {
             k->req.checksum = zps_crc_scan(v, k->count, &bad);
         }
-        if (bad < k->count) {
-            set_error(c, "%s %llu is %g: nothing was sent", what,
-                      (unsigned long long)(k->req.offset + bad), (double)v[bad]);
-            return ZPS_ENONFINITE;
-        }
+        if (bad < k->count)
+            return refuse_nonfinite(c, k, what, bad);
     }
     return 0;
 }
@@ -1380,13 +1385,9 @@ static int narrow_slices(zps_client_t *c, uint64_t n, const char *what)
 {
     for (size_t i = 0; i < c->nconns; i++) {
         conn_t *k = &c->conns[i];
-        const float *v = k->payload;
         size_t bad;
-        if (!zps_all_finite(v, k->count, &bad)) {
-            set_error(c, "%s %llu is %g: nothing was sent", what,
-                      (unsigned long long)(k->req.offset + bad), (double)v[bad]);
-            return ZPS_ENONFINITE;
-        }
+        if (!zps_all_finite(k->payload, k->count, &bad))
+            return refuse_nonfinite(c, k, what, bad);
     }
     if (c->resid_n != n) {
         /* A model of another size: nothing of the old one carries over. */

@@ -474,19 +474,31 @@ ZPS_CLONES_AVX512 static uint32_t abs_max_bits(const float *v, size_t count)
     return mx;
 }
 
-uint32_t zps_crc_scan_max(const float *v, size_t count, size_t *first_bad, float *abs_max)
+/*
+ * zps_crc_scan_max (dst NULL: src is checksummed and scanned where it is)
+ * and zps_crc_copy_scan_max (src copied to dst, and the copy checksummed
+ * and scanned while it is in cache), one block at a time.
+ */
+static uint32_t scan_max(float *dst, const float *src, size_t count, size_t *first_bad,
+                         float *abs_max)
 {
     enum { BLOCK = 8192 };
     uint32_t crc = 0, mx = 0;
     *first_bad = count;
     for (size_t i = 0; i < count; i += BLOCK) {
         size_t n = count - i < BLOCK ? count - i : BLOCK;
-        crc = zps_crc32c(crc, v + i, n * sizeof(float));
-        uint32_t m = abs_max_bits(v + i, n);
+        const float *v = src + i;
+        if (dst) {
+            crc = zps_crc32c_copy(crc, dst + i, src + i, n * sizeof(float));
+            v = dst + i;
+        } else {
+            crc = zps_crc32c(crc, v, n * sizeof(float));
+        }
+        uint32_t m = abs_max_bits(v, n);
         mx = m > mx ? m : mx;
         size_t bad;
         /* The culprit is located only in the block that has one. */
-        if (m >= 0x7f800000u && *first_bad == count && !zps_all_finite(v + i, n, &bad))
+        if (m >= 0x7f800000u && *first_bad == count && !zps_all_finite(v, n, &bad))
             *first_bad = i + bad;
     }
     if (mx >= 0x7f800000u) {
@@ -497,28 +509,15 @@ uint32_t zps_crc_scan_max(const float *v, size_t count, size_t *first_bad, float
     return crc;
 }
 
+uint32_t zps_crc_scan_max(const float *v, size_t count, size_t *first_bad, float *abs_max)
+{
+    return scan_max(NULL, v, count, first_bad, abs_max);
+}
+
 uint32_t zps_crc_copy_scan_max(float *dst, const float *src, size_t count, size_t *first_bad,
                                float *abs_max)
 {
-    enum { BLOCK = 8192 };
-    uint32_t crc = 0, mx = 0;
-    *first_bad = count;
-    for (size_t i = 0; i < count; i += BLOCK) {
-        size_t n = count - i < BLOCK ? count - i : BLOCK;
-        crc = zps_crc32c_copy(crc, dst + i, src + i, n * sizeof(float));
-        /* Scanned in the copy, while it is in cache. */
-        uint32_t m = abs_max_bits(dst + i, n);
-        mx = m > mx ? m : mx;
-        size_t bad;
-        if (m >= 0x7f800000u && *first_bad == count && !zps_all_finite(dst + i, n, &bad))
-            *first_bad = i + bad;
-    }
-    if (mx >= 0x7f800000u) {
-        *abs_max = INFINITY;
-    } else {
-        memcpy(abs_max, &mx, sizeof(*abs_max));
-    }
-    return crc;
+    return scan_max(dst, src, count, first_bad, abs_max);
 }
 
 /* A bit test: the AVX-512 version is three times faster than SSE2's. */

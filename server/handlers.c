@@ -602,11 +602,11 @@ void zps_handle_shm(zps_daemon_t *d, zps_request_t *r)
         zps_reply_error(d, r, ZPS_EMODE, "this server grants no shared-memory sessions (--no-shm)");
         return;
     }
-    if (!check_worker(d, r, false))
+    if (!check_worker(d, r, false)) /* a worker's rank: no observer */
         return;
-    if (req->worker < 0 || r->peer->session || r->peer->fd < 0) {
+    if (r->peer->session || r->peer->fd < 0) {
         zps_reply_error(d, r, ZPS_EMODE,
-                        "a shared-memory session is for a worker, asked over its own connection");
+                        "a shared-memory session is asked for over the worker's own connection");
         return;
     }
     if (!zps_consistency_initialized(d->consistency) || d->store.len == 0) {
