@@ -228,13 +228,15 @@ mh_host_ns() {
 # mh_dir bound over it in a mount namespace of the command's own, so that
 # processes on one host share their shared memory (zps-server's segment)
 # and processes on two hosts do not, as on separate machines. unshare and
-# sh exec: the PID stays the command's.
+# sh exec: the PID stays the command's. Followed by the host's directory,
+# then the command.
+mh_own_shm=(unshare --mount --propagation private sh -c 'mount --bind "$0" /dev/shm && exec "$@"')
+
 on_host_nsenter() {
     local ns host=$1
     ns=$(mh_host_ns "$1") || exit 1
     shift
-    nsenter --net="/run/netns/$ns" -- unshare --mount --propagation private \
-        sh -c 'mount --bind "$0" /dev/shm && exec "$@"' "$mh_dir/shm-$host" "$@"
+    nsenter --net="/run/netns/$ns" -- "${mh_own_shm[@]}" "$mh_dir/shm-$host" "$@"
 }
 
 on_host() {
@@ -245,8 +247,7 @@ on_host() {
         return
     fi
     shift
-    ip netns exec "$ns" unshare --mount --propagation private \
-        sh -c 'mount --bind "$0" /dev/shm && exec "$@"' "$mh_dir/shm-$host" "$@"
+    ip netns exec "$ns" "${mh_own_shm[@]}" "$mh_dir/shm-$host" "$@"
 }
 
 mh_start() {
@@ -258,11 +259,10 @@ mh_start() {
     # theirs: the PID is the process's own.
     local shm="$mh_dir/shm-$host"
     if [ "${MH_ENTER:-netns}" = nsenter ]; then
-        nsenter --net="/run/netns/${mh_ns[$host]}" -- unshare --mount --propagation private \
-            sh -c 'mount --bind "$0" /dev/shm && exec "$@"' "$shm" "$@" >"$mh_dir/$name.log" 2>&1 &
+        nsenter --net="/run/netns/${mh_ns[$host]}" -- "${mh_own_shm[@]}" "$shm" "$@" \
+            >"$mh_dir/$name.log" 2>&1 &
     else
-        ip netns exec "${mh_ns[$host]}" unshare --mount --propagation private \
-            sh -c 'mount --bind "$0" /dev/shm && exec "$@"' "$shm" "$@" >"$mh_dir/$name.log" 2>&1 &
+        ip netns exec "${mh_ns[$host]}" "${mh_own_shm[@]}" "$shm" "$@" >"$mh_dir/$name.log" 2>&1 &
     fi
     mh_pid=$!
     mh_pids+=("$mh_pid")
