@@ -106,9 +106,8 @@ ZPS_CLONES_AVX2 static uint16_t widen_block(float *dst, const uint16_t *src, siz
     return mx;
 }
 
-uint32_t zps_bf16_widen(float *dst, const uint16_t *src, size_t n)
+uint32_t zps_bf16_widen(float *dst, const uint16_t *src, size_t n, uint32_t crc)
 {
-    uint32_t crc = 0;
     for (size_t i = 0; i < n; i += BLOCK) {
         size_t m = n - i < BLOCK ? n - i : BLOCK;
         crc = zps_crc32c(crc, src + i, m * sizeof(uint16_t));
@@ -118,9 +117,8 @@ uint32_t zps_bf16_widen(float *dst, const uint16_t *src, size_t n)
 }
 
 uint32_t zps_bf16_widen_scan(float *dst, const uint16_t *src, size_t n, size_t *first_bad,
-                             float *abs_max)
+                             float *abs_max, uint32_t crc)
 {
-    uint32_t crc = 0;
     uint16_t mx = 0;
     *first_bad = n;
     for (size_t i = 0; i < n; i += BLOCK) {

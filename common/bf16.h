@@ -48,8 +48,9 @@ uint32_t zps_bf16_narrow(uint16_t *dst, const float *src, size_t n);
  */
 uint32_t zps_bf16_narrow_feedback(uint16_t *dst, const float *grad, float *resid, size_t n);
 
-/* dst[i] = float(src[i]) for i < n; returns the CRC32C of src's 2n bytes. */
-uint32_t zps_bf16_widen(float *dst, const uint16_t *src, size_t n);
+/* dst[i] = float(src[i]) for i < n; returns the CRC32C of src's 2n bytes,
+ * continued from `crc` (0 for a payload's first bytes). */
+uint32_t zps_bf16_widen(float *dst, const uint16_t *src, size_t n, uint32_t crc);
 
 /*
  * As zps_bf16_widen, and in *first_bad the index of the first value that is
@@ -57,6 +58,6 @@ uint32_t zps_bf16_widen(float *dst, const uint16_t *src, size_t n);
  * when one is not finite, 0 for n = 0), found in the same pass.
  */
 uint32_t zps_bf16_widen_scan(float *dst, const uint16_t *src, size_t n, size_t *first_bad,
-                             float *abs_max);
+                             float *abs_max, uint32_t crc);
 
 #endif

@@ -4,7 +4,10 @@
 #include "wire.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,8 +35,21 @@ bool zps_wire_wants_payload(const zps_header_t *hdr)
     return hdr->type == ZPS_MSG_PULL && hdr->status == 0;
 }
 
+static void close_frames(zps_message_t *msg)
+{
+    for (size_t i = 0; i < msg->nframes; i++)
+        zmq_msg_close(&msg->frames[i]);
+    free(msg->frames);
+    msg->frames = NULL;
+    msg->nframes = 0;
+}
+
 void zps_message_close(zps_message_t *msg)
 {
+    if (msg->frames) {
+        close_frames(msg);
+        msg->has_payload = false;
+    }
     if (msg->has_payload) {
         zmq_msg_close(&msg->payload);
         msg->has_payload = false;
@@ -98,6 +114,87 @@ static void header_to_pb(Zps__Header *pb, const zps_header_t *h)
     /* protobuf-c packs the pointers without writing through them. */
     pb->error = (char *)h->error;
     pb->json = (char *)(h->json ? h->json : "");
+}
+
+/* ---- buffers for assembled payloads ---- */
+
+/* A pooled buffer's header, in the cache line before its data. */
+typedef struct pooled {
+    struct pooled *next;
+    size_t cap;
+} pooled_t;
+
+enum { POOL_HEAD = 64 };
+
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static pooled_t *pool_free;
+static uint64_t pool_bytes, pool_limit;
+
+void zps_wire_pool_limit(uint64_t bytes)
+{
+    pthread_mutex_lock(&pool_lock);
+    pool_limit = bytes;
+    while (pool_free && pool_bytes > pool_limit) {
+        pooled_t *b = pool_free;
+        pool_free = b->next;
+        pool_bytes -= b->cap;
+        free(b);
+    }
+    pthread_mutex_unlock(&pool_lock);
+}
+
+uint64_t zps_wire_pool_bytes(void)
+{
+    pthread_mutex_lock(&pool_lock);
+    uint64_t n = pool_bytes;
+    pthread_mutex_unlock(&pool_lock);
+    return n;
+}
+
+/* A free buffer of at least `size` bytes (and at most twice that), or a new one. */
+static void *pool_get(size_t size)
+{
+    pthread_mutex_lock(&pool_lock);
+    for (pooled_t **at = &pool_free; *at; at = &(*at)->next) {
+        pooled_t *b = *at;
+        if (b->cap >= size && b->cap / 2 <= size) {
+            *at = b->next;
+            pool_bytes -= b->cap;
+            pthread_mutex_unlock(&pool_lock);
+            return (char *)b + POOL_HEAD;
+        }
+    }
+    pthread_mutex_unlock(&pool_lock);
+    if (size > SIZE_MAX - POOL_HEAD)
+        return NULL;
+    pooled_t *b = aligned_alloc(POOL_HEAD, (size + 2 * POOL_HEAD - 1) / POOL_HEAD * POOL_HEAD);
+    if (!b)
+        return NULL;
+    b->cap = size;
+    return (char *)b + POOL_HEAD;
+}
+
+/* ZeroMQ's free callback for a pooled payload: kept while the pool has room. */
+static void pool_put(void *data, void *hint)
+{
+    (void)hint;
+    pooled_t *b = (pooled_t *)((char *)data - POOL_HEAD);
+    pthread_mutex_lock(&pool_lock);
+    if (pool_bytes + b->cap <= pool_limit) {
+        b->next = pool_free;
+        pool_free = b;
+        pool_bytes += b->cap;
+        b = NULL;
+    }
+    pthread_mutex_unlock(&pool_lock);
+    free(b);
+}
+
+void zps_wire_tune_malloc(void)
+{
+    /* Fixed values also stop glibc's own adjustment of both. */
+    mallopt(M_MMAP_THRESHOLD, 2 * ZPS_WIRE_FRAME_BYTES);
+    mallopt(M_TRIM_THRESHOLD, INT32_MAX);
 }
 
 /* Counts a received frame of n bytes that came over the connection. */
@@ -172,6 +269,8 @@ static int decode_header(zps_message_t *msg, const void *data, size_t len)
 }
 
 static int judge(zps_message_t *msg, bool verify);
+static uint32_t scan_max(uint32_t crc, float *dst, const float *src, size_t count,
+                         size_t *first_bad, float *abs_max);
 
 /* Receives a routing id frame into msg->peer, then the next frame into
  * `frame` with what ZeroMQ says of its connection (descriptor, User-Id). */
@@ -225,6 +324,108 @@ static int recv_first(void *sock, int flags, bool router, zps_message_t *msg, zm
     return 0;
 }
 
+/*
+ * The rest of a payload sent in several frames, its first already in
+ * msg->payload: into msg->frames. Every frame but the last must hold
+ * exactly ZPS_WIRE_FRAME_BYTES, and together no more than the header says
+ * (ZPS_EFRAMES, ZPS_ELENGTH: the rest is left for drain_rest).
+ */
+static int recv_frames(void *sock, zps_message_t *msg)
+{
+    uint64_t want = msg->hdr.length > UINT64_MAX / sizeof(float)
+                        ? UINT64_MAX
+                        : msg->hdr.length * zps_wire_elem_bytes(&msg->hdr);
+    size_t cap = 8;
+    msg->frames = malloc(cap * sizeof(zmq_msg_t));
+    if (!msg->frames)
+        return ZPS_ENOMEM;
+    zmq_msg_init(&msg->frames[0]);
+    zmq_msg_move(&msg->frames[0], &msg->payload);
+    msg->nframes = 1;
+    uint64_t got = zmq_msg_size(&msg->frames[0]);
+    for (;;) {
+        /* A frame followed by another is a whole one. */
+        if (zmq_msg_size(&msg->frames[msg->nframes - 1]) != ZPS_WIRE_FRAME_BYTES)
+            return ZPS_EFRAMES;
+        if (got >= want)
+            return ZPS_ELENGTH;
+        if (msg->nframes == cap) {
+            zmq_msg_t *more = realloc(msg->frames, 2 * cap * sizeof(zmq_msg_t));
+            if (!more)
+                return ZPS_ENOMEM;
+            msg->frames = more;
+            cap *= 2;
+        }
+        zmq_msg_t *f = &msg->frames[msg->nframes];
+        zmq_msg_init(f);
+        if (zmq_msg_recv(f, sock, 0) < 0) {
+            zmq_msg_close(f);
+            return ZPS_ESOCKET;
+        }
+        msg->nframes++;
+        count_frame(msg, zmq_msg_size(f));
+        got += zmq_msg_size(f);
+        if (realign(f) != 0)
+            return ZPS_ENOMEM;
+        if (!has_more(sock))
+            return 0;
+    }
+}
+
+/* Bytes of a received payload, in one frame or several. */
+static uint64_t payload_bytes(zps_message_t *msg)
+{
+    if (!msg->frames)
+        return zmq_msg_size(&msg->payload);
+    uint64_t n = 0;
+    for (size_t i = 0; i < msg->nframes; i++)
+        n += zmq_msg_size(&msg->frames[i]);
+    return n;
+}
+
+/*
+ * A payload of several frames into one buffer from the pool, as float32
+ * (widened from bfloat16), its checksum verified and its values scanned in
+ * the same pass over each frame.
+ */
+static int assemble(zps_message_t *msg)
+{
+    size_t n = (size_t)msg->hdr.length;
+    float *dst = pool_get(n * sizeof(float));
+    if (!dst)
+        return ZPS_ENOMEM;
+    uint32_t crc = 0;
+    size_t at = 0, bad = n;
+    float mx = 0;
+    for (size_t i = 0; i < msg->nframes; i++) {
+        size_t k = zmq_msg_size(&msg->frames[i]) / zps_wire_elem_bytes(&msg->hdr);
+        size_t fbad;
+        float fmx;
+        crc = msg->narrow ? zps_bf16_widen_scan(dst + at, zmq_msg_data(&msg->frames[i]), k, &fbad,
+                                                &fmx, crc)
+                          : scan_max(crc, dst + at, zmq_msg_data(&msg->frames[i]), k, &fbad, &fmx);
+        if (bad == n && fbad < k)
+            bad = at + fbad;
+        mx = fmx > mx ? fmx : mx;
+        at += k;
+    }
+    if (crc != msg->hdr.checksum) {
+        pool_put(dst, NULL);
+        return ZPS_ECHECKSUM;
+    }
+    close_frames(msg);
+    if (zmq_msg_init_data(&msg->payload, dst, n * sizeof(float), pool_put, NULL) != 0) {
+        pool_put(dst, NULL);
+        msg->has_payload = false;
+        return ZPS_ENOMEM;
+    }
+    msg->narrow = false;
+    msg->scanned = true;
+    msg->first_nonfinite = bad;
+    msg->abs_max = bad < n ? INFINITY : mx;
+    return 0;
+}
+
 /* zps_wire_recv and zps_wire_recv_deferred: `verify` says whether the
  * payload's checksum is checked here. */
 static int recv_message(void *sock, int flags, bool router, bool verify, zps_message_t *msg)
@@ -250,9 +451,10 @@ static int recv_message(void *sock, int flags, bool router, bool verify, zps_mes
         }
         msg->has_payload = true;
         count_frame(msg, zmq_msg_size(&msg->payload));
-        if (realign(&msg->payload) != 0) {
+        rc = has_more(sock) ? recv_frames(sock, msg) : realign(&msg->payload);
+        if (rc) {
             drain_rest(sock, msg);
-            return ZPS_ENOMEM;
+            return rc;
         }
     }
     if (drain_rest(sock, msg) > 0)
@@ -273,7 +475,7 @@ static int widen(zps_message_t *msg)
     size_t bad;
     float mx;
     uint32_t crc =
-        zps_bf16_widen_scan(zmq_msg_data(&wide), zmq_msg_data(&msg->payload), n, &bad, &mx);
+        zps_bf16_widen_scan(zmq_msg_data(&wide), zmq_msg_data(&msg->payload), n, &bad, &mx, 0);
     if (crc != msg->hdr.checksum) {
         zmq_msg_close(&wide);
         return ZPS_ECHECKSUM;
@@ -299,10 +501,14 @@ static int judge(zps_message_t *msg, bool verify)
     if (msg->has_payload != zps_wire_wants_payload(&msg->hdr))
         return ZPS_EFRAMES;
     if (msg->has_payload) {
-        size_t bytes = zmq_msg_size(&msg->payload);
+        uint64_t bytes = payload_bytes(msg);
         size_t elem = zps_wire_elem_bytes(&msg->hdr);
         if (msg->hdr.length > SIZE_MAX / sizeof(float) || bytes != msg->hdr.length * elem)
             return ZPS_ELENGTH;
+        if (msg->frames) {
+            msg->narrow = elem != sizeof(float);
+            return verify ? assemble(msg) : 0;
+        }
         if (elem != sizeof(float)) {
             msg->narrow = true;
             return verify ? widen(msg) : 0;
@@ -334,13 +540,33 @@ int zps_wire_recv_deferred(void *sock, int flags, bool router, zps_message_t *ms
     return recv_message(sock, flags, router, false, msg);
 }
 
+/* Copies `bytes` of payload to dst + *at (widened when narrow), continuing crc. */
+static uint32_t copy_out(const zps_message_t *msg, float *dst, size_t *at, const void *src,
+                         size_t bytes, uint32_t crc)
+{
+    if (msg->narrow) {
+        size_t k = bytes / sizeof(uint16_t);
+        crc = zps_bf16_widen(dst + *at, src, k, crc);
+        *at += k;
+        return crc;
+    }
+    crc = zps_crc32c_copy(crc, dst + *at, src, bytes);
+    *at += bytes / sizeof(float);
+    return crc;
+}
+
 int zps_message_copy_verified(zps_message_t *msg, float *dst)
 {
     if (!msg->has_payload)
         return 0;
-    uint32_t crc = msg->narrow ? zps_bf16_widen(dst, zmq_msg_data(&msg->payload), msg->hdr.length)
-                               : zps_crc32c_copy(0, dst, zmq_msg_data(&msg->payload),
-                                                 msg->hdr.length * sizeof(float));
+    uint32_t crc = 0;
+    size_t at = 0;
+    if (!msg->frames)
+        crc =
+            copy_out(msg, dst, &at, zmq_msg_data(&msg->payload), zmq_msg_size(&msg->payload), crc);
+    for (size_t i = 0; i < msg->nframes; i++)
+        crc = copy_out(msg, dst, &at, zmq_msg_data(&msg->frames[i]), zmq_msg_size(&msg->frames[i]),
+                       crc);
     return crc == msg->hdr.checksum ? 0 : ZPS_ECHECKSUM;
 }
 
@@ -381,6 +607,45 @@ static int send_head(void *sock, const zps_peer_t *peer, const zps_header_t *hdr
     return send_frame(sock, &m, flags | (more ? ZMQ_SNDMORE : 0));
 }
 
+/* A payload sent as several frames: its message, alive until ZeroMQ has
+ * released every frame that points into it. */
+typedef struct split {
+    zmq_msg_t whole;
+    atomic_size_t refs;
+} split_t;
+
+static void split_release(void *data, void *hint)
+{
+    (void)data;
+    split_t *sp = hint;
+    if (atomic_fetch_sub(&sp->refs, 1) == 1) {
+        zmq_msg_close(&sp->whole);
+        free(sp);
+    }
+}
+
+/* Sends sp's payload as frames of ZPS_WIRE_FRAME_BYTES (the last one the
+ * rest), each pointing into it; drops the caller's reference. */
+static int send_split(void *sock, split_t *sp)
+{
+    const char *data = zmq_msg_data(&sp->whole);
+    size_t size = zmq_msg_size(&sp->whole);
+    int rc = 0;
+    for (size_t off = 0; off < size && rc == 0; off += ZPS_WIRE_FRAME_BYTES) {
+        size_t n = size - off < ZPS_WIRE_FRAME_BYTES ? size - off : ZPS_WIRE_FRAME_BYTES;
+        zmq_msg_t f;
+        atomic_fetch_add(&sp->refs, 1);
+        if (zmq_msg_init_data(&f, (void *)(data + off), n, split_release, sp) != 0) {
+            split_release(NULL, sp);
+            rc = ZPS_ENOMEM;
+            break;
+        }
+        rc = send_frame(sock, &f, off + n < size ? ZMQ_SNDMORE : 0);
+    }
+    split_release(NULL, sp);
+    return rc;
+}
+
 int zps_wire_send_msg(void *sock, const zps_peer_t *peer, zps_header_t *hdr, zmq_msg_t *payload,
                       int flags)
 {
@@ -391,11 +656,28 @@ int zps_wire_send_msg(void *sock, const zps_peer_t *peer, zps_header_t *hdr, zmq
         hdr->length = zmq_msg_size(payload) / zps_wire_elem_bytes(hdr);
     else if (!(hdr->flags & ZPS_FLAG_SHM))
         hdr->checksum = 0;
+    /* Made before the header goes: once it is queued, the payload must follow. */
+    split_t *sp = NULL;
+    if (more && zmq_msg_size(payload) > ZPS_WIRE_FRAME_BYTES) {
+        sp = malloc(sizeof(*sp));
+        if (!sp) {
+            zmq_msg_close(payload);
+            return ZPS_ENOMEM;
+        }
+        zmq_msg_init(&sp->whole);
+        zmq_msg_move(&sp->whole, payload);
+        atomic_init(&sp->refs, 1);
+    }
     int rc = send_head(sock, peer, hdr, more, flags);
     if (rc || !more) {
-        zmq_msg_close(payload);
+        if (sp)
+            split_release(NULL, sp);
+        else
+            zmq_msg_close(payload);
         return rc;
     }
+    if (sp)
+        return send_split(sock, sp);
     return send_frame(sock, payload, flags & ~ZMQ_DONTWAIT);
 }
 
@@ -477,13 +759,14 @@ ZPS_CLONES_AVX512 static uint32_t abs_max_bits(const float *v, size_t count)
 /*
  * zps_crc_scan_max (dst NULL: src is checksummed and scanned where it is)
  * and zps_crc_copy_scan_max (src copied to dst, and the copy checksummed
- * and scanned while it is in cache), one block at a time.
+ * and scanned while it is in cache), one block at a time; the CRC32C
+ * continues from `crc`.
  */
-static uint32_t scan_max(float *dst, const float *src, size_t count, size_t *first_bad,
-                         float *abs_max)
+static uint32_t scan_max(uint32_t crc, float *dst, const float *src, size_t count,
+                         size_t *first_bad, float *abs_max)
 {
     enum { BLOCK = 8192 };
-    uint32_t crc = 0, mx = 0;
+    uint32_t mx = 0;
     *first_bad = count;
     for (size_t i = 0; i < count; i += BLOCK) {
         size_t n = count - i < BLOCK ? count - i : BLOCK;
@@ -511,13 +794,13 @@ static uint32_t scan_max(float *dst, const float *src, size_t count, size_t *fir
 
 uint32_t zps_crc_scan_max(const float *v, size_t count, size_t *first_bad, float *abs_max)
 {
-    return scan_max(NULL, v, count, first_bad, abs_max);
+    return scan_max(0, NULL, v, count, first_bad, abs_max);
 }
 
 uint32_t zps_crc_copy_scan_max(float *dst, const float *src, size_t count, size_t *first_bad,
                                float *abs_max)
 {
-    return scan_max(dst, src, count, first_bad, abs_max);
+    return scan_max(0, dst, src, count, first_bad, abs_max);
 }
 
 /* A bit test: the AVX-512 version is three times faster than SSE2's. */

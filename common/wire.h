@@ -26,7 +26,7 @@
 #include <stdint.h>
 #include <zmq.h>
 
-#define ZPS_PROTOCOL_VERSION 1u
+#define ZPS_PROTOCOL_VERSION 2u
 
 enum zps_msg_type {
     ZPS_MSG_NONE = 0,
@@ -63,6 +63,17 @@ enum {
                                   * slot, a PULL reply's in buffer shm_buffer; on a PULL
                                   * request: such a reply is wanted */
 };
+
+/*
+ * A payload larger than this travels as several frames: each of exactly
+ * ZPS_WIRE_FRAME_BYTES but the last, which holds the rest (1 to
+ * ZPS_WIRE_FRAME_BYTES bytes). `length` and `checksum` are those of the
+ * frames' bytes in order. A receiver's ZeroMQ then allocates no buffer
+ * larger than this, and the memory of one message's frames serves the next
+ * (zps_wire_tune_malloc): large messages stop costing a page fault
+ * per 4 KiB. A payload in one frame of any size is still accepted.
+ */
+#define ZPS_WIRE_FRAME_BYTES (1u << 20)
 
 #define ZPS_ERROR_TEXT_MAX 256
 #define ZPS_PEER_ID_MAX 255
@@ -123,6 +134,13 @@ typedef struct zps_message {
     bool has_payload;
     zmq_msg_t payload; /* valid when has_payload; the float32 values, 4-byte aligned (the
                         * bfloat16 values as received while `narrow`) */
+    /* A payload that came in several frames and is kept as it came
+     * (zps_wire_recv_deferred): `nframes` frames, in order, that
+     * zps_message_copy_verified copies out; `payload` is then unused.
+     * zps_wire_recv assembles such a payload into `payload` instead, in a
+     * buffer kept for reuse (zps_wire_pool_limit). */
+    zmq_msg_t *frames;
+    size_t nframes;
     /* The payload is still the bfloat16 frame (ZPS_FLAG_BF16) of a message
      * received with zps_wire_recv_deferred: zps_message_copy_verified widens
      * it. zps_wire_recv widens a bfloat16 payload on receipt (hdr.flags keeps
@@ -188,11 +206,36 @@ int zps_message_copy_verified(zps_message_t *msg, float *dst);
 /* Releases what a received message holds. Safe to call twice. */
 void zps_message_close(zps_message_t *msg);
 
-/* The payload of a received message as floats (NULL when it has none, or it is still bfloat16). */
+/* The payload of a received message as floats (NULL when it has none, when
+ * it is still bfloat16, or still in frames: zps_message_copy_verified). */
 static inline const float *zps_message_floats(zps_message_t *msg)
 {
-    return msg->has_payload && !msg->narrow ? (const float *)zmq_msg_data(&msg->payload) : NULL;
+    return msg->has_payload && !msg->narrow && !msg->frames
+               ? (const float *)zmq_msg_data(&msg->payload)
+               : NULL;
 }
+
+/*
+ * Payloads of several frames that zps_wire_recv assembles go into buffers
+ * that are kept, once free, for the next payload of their size, up to
+ * `bytes` of free buffers in all (default 0: none kept). A server sets it
+ * to what its memory bound already counts for pushes in hand.
+ */
+void zps_wire_pool_limit(uint64_t bytes);
+
+/* Bytes of free buffers the pool keeps now. */
+uint64_t zps_wire_pool_bytes(void);
+
+/*
+ * Sets the process's malloc so that buffers up to twice ZPS_WIRE_FRAME_BYTES
+ * come from its heap and freed memory stays there for the next message,
+ * rather than being mapped and unmapped per message (each mapping costs a
+ * page fault per 4 KiB on first touch). Programs that move large payloads
+ * call it first thing in main(), before ZeroMQ starts its threads: the
+ * memory of the frames of the largest messages received at once then stays
+ * resident. A library never calls it for its host program.
+ */
+void zps_wire_tune_malloc(void);
 
 /* Called by ZeroMQ's I/O thread when it no longer needs a zero-copy payload. */
 typedef void zps_wire_free_fn(void *data, void *hint);
@@ -202,6 +245,9 @@ typedef void zps_wire_free_fn(void *data, void *hint);
  * then the payload of `count` elements when zps_wire_wants_payload(hdr):
  * float32 values, or bfloat16 ones when hdr->flags has ZPS_FLAG_BF16.
  * Sets hdr->length and hdr->checksum from the payload.
+ *
+ * A payload larger than ZPS_WIRE_FRAME_BYTES is sent as several frames
+ * that share its buffer (no copy).
  *
  * Payload ownership: when `ffn` is NULL the floats are copied before the call
  * returns. Otherwise they are sent without copying: the caller keeps the

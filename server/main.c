@@ -17,6 +17,7 @@
 #include "parse.h"
 #include "server.h"
 #include "shard.h"
+#include "wire.h"
 
 static void usage(FILE *f)
 {
@@ -176,6 +177,7 @@ static int bad_flag(const char *flag, const char *value, const char *expect)
 
 int main(int argc, char **argv)
 {
+    zps_wire_tune_malloc();
     zps_server_config_t cfg;
     zps_server_config_default(&cfg);
     bool have_workers = false;

@@ -24,6 +24,7 @@
 #include "straggler_flags.h"
 #include "trainer.h"
 #include "worker_flags.h"
+#include "wire.h"
 
 static void usage(FILE *f)
 {
@@ -169,6 +170,7 @@ static int bad_usage(const char *why)
 
 int main(int argc, char **argv)
 {
+    zps_wire_tune_malloc();
     int rc = 2;
     zps_trainer_config_t cfg;
     zps_trainer_config_default(&cfg);

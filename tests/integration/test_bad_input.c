@@ -22,6 +22,7 @@
 #include "client.h"
 #include "error.h"
 #include "harness.h"
+#include "wire.h"
 #include "zps.pb-c.h"
 
 #define N 6 /* elements; shard 0/2 owns [0, 3), shard 1/2 owns [3, 6) */
@@ -66,7 +67,7 @@ static int teardown(void **state)
 static Zps__Header header(fixture_t *f, Zps__MsgType type)
 {
     Zps__Header h = ZPS__HEADER__INIT;
-    h.version = 1;
+    h.version = ZPS_PROTOCOL_VERSION;
     h.type = type;
     h.worker = 0;
     h.request_id = ++f->next_id;

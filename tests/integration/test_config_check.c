@@ -29,6 +29,7 @@
 #include "error.h"
 #include "harness.h"
 #include "json.h"
+#include "wire.h"
 #include "zps.pb-c.h"
 
 /* ---- servers and clients ---- */
@@ -144,7 +145,7 @@ static Zps__Header raw_header(raw_t *r, Zps__MsgType type, uint32_t shard, uint3
                               uint64_t total, uint64_t offset, uint64_t length)
 {
     Zps__Header h = ZPS__HEADER__INIT;
-    h.version = 1;
+    h.version = ZPS_PROTOCOL_VERSION;
     h.type = type;
     h.worker = 0;
     h.request_id = ++r->next_id;

@@ -16,7 +16,11 @@
  *   - the STATS counters count exchanges;
  *   - bfloat16 on the wire: the server applies the gradient as rounded here
  *     (with the client's error feedback), keeps float32 parameters, and
- *     replies with them rounded to bfloat16.
+ *     replies with them rounded to bfloat16;
+ *   - a model whose shards' payloads travel in several frames each
+ *     (wire.h): three clocks of exchanges by two workers equal the
+ *     arithmetic done here, bit for bit, and the servers stay within their
+ *     stated memory bound.
  */
 #include <math.h>
 #include <pthread.h>
@@ -305,13 +309,98 @@ static void test_stop_while_waiting(void **state)
     assert_non_null(strstr(a.why, "shutting down"));
 }
 
+/* A model of LN elements: 3 MiB per shard, four frames each way. */
+#define LN (1536u * 1024u + 4u)
+#define LCLOCKS 3
+
+typedef struct large_arg {
+    harness_server_t *srv;
+    int worker;
+    float *got; /* LN, the parameters of the last clock */
+    int rc;
+} large_arg_t;
+
+/* g[i] = (worker + 1) / 4 * (i % 7 + 1): exact, and so is every sum below. */
+static void large_grad(int worker, float *g)
+{
+    for (uint32_t i = 0; i < LN; i++)
+        g[i] = (float)(worker + 1) * 0.25f * (float)(i % 7 + 1);
+}
+
+static void *large_worker(void *p)
+{
+    large_arg_t *a = p;
+    zps_client_t *c = client(a->srv, 2, a->worker);
+    float *g = malloc(LN * sizeof(float));
+    large_grad(a->worker, g);
+    a->rc = zps_client_pull(c, 0, a->got, LN, NULL);
+    for (uint64_t t = 0; t < LCLOCKS && a->rc == 0; t++)
+        a->rc = zps_client_exchange(c, t, g, LN, 1, a->got, NULL);
+    if (a->rc)
+        fprintf(stderr, "worker %d: %s\n", a->worker, zps_client_last_error(c));
+    free(g);
+    zps_client_free(c);
+    return NULL;
+}
+
+static void test_large_exchange(void **state)
+{
+    (void)state;
+    harness_server_t srv[2];
+    start(srv, 2, "bsp", "2");
+    float *init = malloc(LN * sizeof(float));
+    for (uint32_t i = 0; i < LN; i++)
+        init[i] = (float)(i % 1000) * 0.5f - 100.0f;
+    zps_client_t *c = client(srv, 2, -1);
+    assert_int_equal(zps_client_init(c, init, LN), 0);
+
+    pthread_t th[2];
+    large_arg_t args[2];
+    for (int w = 0; w < 2; w++) {
+        args[w] = (large_arg_t){.srv = srv, .worker = w, .got = malloc(LN * sizeof(float))};
+        pthread_create(&th[w], NULL, large_worker, &args[w]);
+    }
+    for (int w = 0; w < 2; w++)
+        pthread_join(th[w], NULL);
+    for (int w = 0; w < 2; w++)
+        assert_int_equal(args[w].rc, 0);
+    /* Each clock: w -= 0.5 * (g0 + g1) / 2 = 0.1875 * (i % 7 + 1), exact. */
+    for (int w = 0; w < 2; w++) {
+        for (uint32_t i = 0; i < LN; i++) {
+            float want = init[i];
+            for (int t = 0; t < LCLOCKS; t++)
+                want -= 0.1875f * (float)(i % 7 + 1);
+            if (args[w].got[i] != want)
+                fail_msg("worker %d element %u: %.9g, expected %.9g", w, i, (double)args[w].got[i],
+                         (double)want);
+        }
+        free(args[w].got);
+    }
+    for (int k = 0; k < 2; k++) {
+        char *json = NULL;
+        assert_int_equal(zps_client_stats(c, (size_t)k, &json), 0);
+        assert_non_null(strstr(json, "\"steps\":3"));
+        const char *b = strstr(json, "\"memory_bound_bytes\":");
+        assert_non_null(b);
+        double bound = atof(b + strlen("\"memory_bound_bytes\":"));
+        long rss = harness_rss_kb(srv[k].pid);
+        printf("shard %d: RSS %.1f MiB, stated bound %.1f MiB\n", k, rss / 1024.0,
+               bound / 1048576.0);
+        assert_true(rss > 0 && (double)rss * 1024.0 <= bound);
+        free(json);
+    }
+    zps_client_free(c);
+    free(init);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(harness_stop(&srv[i]), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_bsp_exchange),
-        cmocka_unit_test(test_asp_exchange),
-        cmocka_unit_test(test_stop_while_waiting),
-        cmocka_unit_test(test_bf16_exchange),
+        cmocka_unit_test(test_bsp_exchange),       cmocka_unit_test(test_asp_exchange),
+        cmocka_unit_test(test_stop_while_waiting), cmocka_unit_test(test_bf16_exchange),
+        cmocka_unit_test(test_large_exchange),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

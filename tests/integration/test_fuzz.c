@@ -39,6 +39,7 @@
 #include "error.h"
 #include "fuzz_rng.h"
 #include "harness.h"
+#include "wire.h"
 #include "zps.pb-c.h"
 
 #define N 6      /* elements; shard 1/2 owns [3, 6) */
@@ -206,7 +207,7 @@ static void build(request_t *q, const ref_t *r, uint64_t id)
         ZPS__MSG_TYPE__MSG_HEARTBEAT, ZPS__MSG_TYPE__MSG_STATS, ZPS__MSG_TYPE__MSG_CHECKPOINT,
     };
     Zps__Header h = ZPS__HEADER__INIT;
-    h.version = 1;
+    h.version = ZPS_PROTOCOL_VERSION;
     h.type = kinds[below(sizeof(kinds) / sizeof(kinds[0]))];
     uint32_t w = below(r->workers);
     h.worker = (int32_t)w;
@@ -433,7 +434,7 @@ static void decide(view_t *v, const request_t *q, const ref_t *r)
     memset(v, 0, sizeof(*v));
     v->h = zps__header__unpack(NULL, q->len[0], q->frame[0]);
     const Zps__Header *h = v->h;
-    if (!h || h->reply || h->version != 1)
+    if (!h || h->reply || h->version != ZPS_PROTOCOL_VERSION)
         return;
     bool worker_ok = h->worker >= 0 && (uint32_t)h->worker < r->workers;
     bool shard_ok = h->shard_count == 0 || (h->shard_index == 1 && h->shard_count == 2);
@@ -574,7 +575,7 @@ static ssize_t pending_find(const fuzz_t *f, uint64_t id)
 static void send_fence(fuzz_t *f, uint64_t id)
 {
     Zps__Header h = ZPS__HEADER__INIT;
-    h.version = 1;
+    h.version = ZPS_PROTOCOL_VERSION;
     h.type = ZPS__MSG_TYPE__MSG_PULL;
     h.worker = -1;
     h.request_id = id;
@@ -676,7 +677,7 @@ static void init_model(fuzz_t *f)
 {
     request_t q = {0};
     Zps__Header h = ZPS__HEADER__INIT;
-    h.version = 1;
+    h.version = ZPS_PROTOCOL_VERSION;
     h.type = ZPS__MSG_TYPE__MSG_INIT;
     h.worker = 0;
     h.request_id = 1;
@@ -747,7 +748,7 @@ static void run(const char *mode, uint32_t workers)
 
     /* Still serving: STATS answers with JSON that counts the errors. */
     Zps__Header h = ZPS__HEADER__INIT;
-    h.version = 1;
+    h.version = ZPS_PROTOCOL_VERSION;
     h.type = ZPS__MSG_TYPE__MSG_STATS;
     h.worker = -1;
     h.request_id = 7;

@@ -48,6 +48,7 @@
 #include "fuzz_rng.h"
 #include "harness.h"
 #include "timeutil.h"
+#include "wire.h"
 #include "zps.pb-c.h"
 
 #define N 2048                       /* elements; shard 1/2 owns [1024, 2048) */
@@ -205,7 +206,7 @@ static void decide(message_t *m, ref_t *r)
     if (m->nframes > 2) {
         m->expect = EXPECT_CODE;
         m->code = ZPS_EFRAMES;
-    } else if (h->version != 1) {
+    } else if (h->version != ZPS_PROTOCOL_VERSION) {
         m->expect = EXPECT_CODE;
         m->code = ZPS_EVERSION;
     } else if (h->type == ZPS__MSG_TYPE__MSG_PUSH && !h->reply && m->nframes == 2 &&
@@ -274,7 +275,7 @@ static void valid_header(Zps__Header *h, const ref_t *r, uint64_t id)
         ZPS__MSG_TYPE__MSG_STATS,
     };
     zps__header__init(h);
-    h->version = 1;
+    h->version = ZPS_PROTOCOL_VERSION;
     h->type = kinds[below(sizeof(kinds) / sizeof(kinds[0]))];
     h->request_id = id;
     h->worker = -1;
@@ -495,7 +496,7 @@ static void side_exchange(fuzz_t *f, void *sock)
     message_t *m = calloc(1, sizeof(*m));
     assert_non_null(m);
     Zps__Header h = ZPS__HEADER__INIT;
-    h.version = 1;
+    h.version = ZPS_PROTOCOL_VERSION;
     /* Not a pull: the burst's messages sent so far may or may not have been
      * handled yet, so the parameters are not known here. */
     h.type = chance(0.5) ? ZPS__MSG_TYPE__MSG_HEARTBEAT : ZPS__MSG_TYPE__MSG_STATS;
@@ -541,7 +542,7 @@ static void full_check(fuzz_t *f, long burst)
     message_t *m = calloc(1, sizeof(*m));
     assert_non_null(m);
     Zps__Header h = ZPS__HEADER__INIT;
-    h.version = 1;
+    h.version = ZPS_PROTOCOL_VERSION;
     h.type = ZPS__MSG_TYPE__MSG_PULL;
     h.worker = -1;
     h.request_id = f->next_id++;
@@ -681,7 +682,7 @@ static void test_fuzz_frames(void **state)
     message_t *m = calloc(1, sizeof(*m));
     assert_non_null(m);
     Zps__Header h = ZPS__HEADER__INIT;
-    h.version = 1;
+    h.version = ZPS_PROTOCOL_VERSION;
     h.type = ZPS__MSG_TYPE__MSG_INIT;
     h.request_id = f->next_id++;
     h.total = N;

@@ -45,6 +45,7 @@
 #include "fuzz_rng.h"
 #include "harness.h"
 #include "timeutil.h"
+#include "wire.h"
 #include "zps.pb-c.h"
 
 #define S 3        /* shards */
@@ -143,7 +144,7 @@ static const char *type_name_of(Zps__MsgType type)
 static void slice_header(Zps__Header *h, Zps__MsgType type, int s, uint64_t n, uint64_t id)
 {
     zps__header__init(h);
-    h->version = 1;
+    h->version = ZPS_PROTOCOL_VERSION;
     h->type = type;
     h->worker = 0;
     h->request_id = id;

@@ -77,6 +77,7 @@
 #include "harness.h"
 #include "json.h"
 #include "timeutil.h"
+#include "wire.h"
 #include "zps.pb-c.h"
 
 /* Seconds per phase without ZPS_SOAK_SECONDS: the short mode (CMakeLists.txt sets it). */
@@ -252,7 +253,7 @@ static void *dealer(void *ctx, const char *endpoint)
 static Zps__Header request(Zps__MsgType type, int32_t worker, uint64_t id)
 {
     Zps__Header h = ZPS__HEADER__INIT;
-    h.version = 1;
+    h.version = ZPS_PROTOCOL_VERSION;
     h.type = type;
     h.worker = worker;
     h.request_id = id;

@@ -123,7 +123,7 @@ static void test_fused_passes(void **state)
     assert_int_equal(crc, zps_crc32c(0, b, N * sizeof(uint16_t)));
     for (int i = 0; i < N; i++)
         assert_int_equal(b[i], reference(src[i]));
-    assert_int_equal(zps_bf16_widen(back, b, N), crc);
+    assert_int_equal(zps_bf16_widen(back, b, N, 0), crc);
     float mx = 0;
     for (int i = 0; i < N; i++) {
         assert_true(back[i] == zps_bf16_to_float(b[i]));
@@ -132,17 +132,17 @@ static void test_fused_passes(void **state)
     size_t bad;
     float amax;
     memset(back, 0, N * sizeof(float));
-    assert_int_equal(zps_bf16_widen_scan(back, b, N, &bad, &amax), crc);
+    assert_int_equal(zps_bf16_widen_scan(back, b, N, &bad, &amax, 0), crc);
     assert_int_equal(bad, N);
     assert_true(amax == mx);
     assert_true(back[N - 1] == zps_bf16_to_float(b[N - 1]));
     /* Non-finite values in the second block: the first is found. */
     b[15000] = 0xff80; /* -Inf */
     b[17000] = 0x7fc0; /* NaN */
-    zps_bf16_widen_scan(back, b, N, &bad, &amax);
+    zps_bf16_widen_scan(back, b, N, &bad, &amax, 0);
     assert_int_equal(bad, 15000);
     assert_true(isinf(amax));
-    assert_int_equal(zps_bf16_widen_scan(back, b, 0, &bad, &amax), 0);
+    assert_int_equal(zps_bf16_widen_scan(back, b, 0, &bad, &amax, 0), 0);
     assert_int_equal(bad, 0);
     assert_true(amax == 0.0f);
     free(src);

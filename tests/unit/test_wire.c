@@ -190,7 +190,7 @@ static void test_each_fault(void **state)
     expect(p, ZPS_EPROTO);
 
     Zps__Header h = ZPS__HEADER__INIT;
-    h.version = 2;
+    h.version = ZPS_PROTOCOL_VERSION + 1;
     h.type = ZPS__MSG_TYPE__MSG_PULL;
     h.request_id = 9;
     send_raw(p, &h, NULL, 0, NULL, 0, 0);
@@ -198,6 +198,9 @@ static void test_each_fault(void **state)
     assert_int_equal(zps_wire_recv(p->router, 0, true, &m), ZPS_EVERSION);
     assert_int_equal(m.hdr.request_id, 9); /* what could be decoded is kept */
     zps_message_close(&m);
+    h.version = 1; /* a peer from before payloads travelled in frames */
+    send_raw(p, &h, NULL, 0, NULL, 0, 0);
+    expect(p, ZPS_EVERSION);
 
     h.version = ZPS_PROTOCOL_VERSION;
     h.type = 0;
@@ -426,6 +429,154 @@ static void test_bf16_payload(void **state)
     expect(p, ZPS_ELENGTH);
 }
 
+/* Floats a little over three frames' worth: four frames, the last partial. */
+#define FRAMED_N (3 * (ZPS_WIRE_FRAME_BYTES / 4) + 1000)
+
+/* Sends `n` payload bytes from the dealer as frames of the given sizes. */
+static void send_frames(pair_t *p, const Zps__Header *hdr, const char *payload, const size_t *sizes,
+                        size_t count)
+{
+    uint8_t buf[256];
+    size_t hlen = zps__header__pack(hdr, buf);
+    assert_true(zmq_send(p->dealer, buf, hlen, ZMQ_SNDMORE) >= 0);
+    size_t off = 0;
+    for (size_t i = 0; i < count; i++) {
+        assert_true(zmq_send(p->dealer, payload + off, sizes[i], i + 1 < count ? ZMQ_SNDMORE : 0) >=
+                    0);
+        off += sizes[i];
+    }
+}
+
+/*
+ * A payload above ZPS_WIRE_FRAME_BYTES goes as frames of exactly that size
+ * and a last one with the rest, pointing into the sender's buffer; it comes
+ * back whole, verified and scanned (zps_wire_recv, into a buffer from the
+ * pool that the next message of its size reuses) or kept as frames and
+ * copied out (deferred), float32 and bfloat16 alike. Frames cut any other
+ * way are refused.
+ */
+static void test_frames(void **state)
+{
+    pair_t *p = *state;
+    float *v = malloc(FRAMED_N * sizeof(float));
+    float *dst = malloc(FRAMED_N * sizeof(float));
+    for (size_t i = 0; i < FRAMED_N; i++)
+        v[i] = (float)((int)(i % 2001) - 1000) * 0.25f;
+    v[FRAMED_N - 7] = -1e6f; /* the largest magnitude, in the last frame */
+    zps_wire_pool_limit(64u << 20);
+
+    zps_header_t h;
+    zps_header_init(&h, ZPS_MSG_PUSH);
+    atomic_store(&released, 0);
+    assert_int_equal(zps_wire_send(p->dealer, NULL, &h, v, FRAMED_N, count_release, NULL, 0), 0);
+    assert_int_equal(h.checksum, zps_crc32c(0, v, FRAMED_N * sizeof(float)));
+    /* How it travelled, read raw: header, then 1 MiB, 1 MiB, 1 MiB, the rest. */
+    zmq_msg_t f;
+    zmq_msg_init(&f);
+    assert_true(zmq_msg_recv(&f, p->router, 0) >= 0); /* routing id */
+    assert_true(zmq_msg_recv(&f, p->router, 0) >= 0); /* header */
+    size_t sizes[8], frames = 0;
+    while (zmq_msg_more(&f) && frames < 8) {
+        assert_true(zmq_msg_recv(&f, p->router, 0) >= 0);
+        sizes[frames++] = zmq_msg_size(&f);
+    }
+    zmq_msg_close(&f);
+    assert_int_equal(frames, 4);
+    assert_int_equal(sizes[0], ZPS_WIRE_FRAME_BYTES);
+    assert_int_equal(sizes[2], ZPS_WIRE_FRAME_BYTES);
+    assert_int_equal(sizes[3], 4000);
+    assert_int_equal(atomic_load(&released), 1); /* once, after every frame was done */
+
+    /* Verified on receipt: whole, scanned, in a pooled buffer. */
+    assert_int_equal(zps_wire_send(p->dealer, NULL, &h, v, FRAMED_N, NULL, NULL, 0), 0);
+    zps_message_t m;
+    assert_int_equal(zps_wire_recv(p->router, 0, true, &m), 0);
+    assert_int_equal(m.hdr.length, FRAMED_N);
+    assert_true(m.scanned);
+    assert_int_equal(m.first_nonfinite, FRAMED_N);
+    assert_true(m.abs_max == 1e6f);
+    assert_memory_equal(zps_message_floats(&m), v, FRAMED_N * sizeof(float));
+    const float *where = zps_message_floats(&m);
+    assert_int_equal(zps_wire_pool_bytes(), 0);
+    zps_message_close(&m);
+    assert_int_equal(zps_wire_pool_bytes(), FRAMED_N * sizeof(float));
+    /* The next one of that size reuses the buffer. */
+    v[2 * (ZPS_WIRE_FRAME_BYTES / 4) + 5] = NAN; /* in the third frame */
+    assert_int_equal(zps_wire_send(p->dealer, NULL, &h, v, FRAMED_N, NULL, NULL, 0), 0);
+    assert_int_equal(zps_wire_recv(p->router, 0, true, &m), 0);
+    assert_ptr_equal(zps_message_floats(&m), where);
+    assert_int_equal(zps_wire_pool_bytes(), 0);
+    assert_int_equal(m.first_nonfinite, 2 * (ZPS_WIRE_FRAME_BYTES / 4) + 5);
+    assert_true(isinf(m.abs_max));
+    zps_message_close(&m);
+    v[2 * (ZPS_WIRE_FRAME_BYTES / 4) + 5] = 1.0f;
+
+    /* Deferred: kept as frames, copied out and checked. */
+    assert_int_equal(zps_wire_send(p->dealer, NULL, &h, v, FRAMED_N, NULL, NULL, 0), 0);
+    assert_int_equal(zps_wire_recv_deferred(p->router, 0, true, &m), 0);
+    assert_int_equal(m.nframes, 4);
+    assert_null(zps_message_floats(&m));
+    assert_int_equal(zps_message_copy_verified(&m, dst), 0);
+    assert_memory_equal(dst, v, FRAMED_N * sizeof(float));
+    zps_message_close(&m);
+
+    /* bfloat16: half the bytes, one full frame and a second with the rest. */
+    uint16_t *b = malloc(FRAMED_N * sizeof(uint16_t));
+    zps_bf16_narrow(b, v, FRAMED_N);
+    zps_header_init(&h, ZPS_MSG_PUSH);
+    h.flags = ZPS_FLAG_BF16;
+    assert_int_equal(zps_wire_send(p->dealer, NULL, &h, b, FRAMED_N, NULL, NULL, 0), 0);
+    assert_int_equal(zps_wire_recv(p->router, 0, true, &m), 0);
+    for (size_t i = 0; i < FRAMED_N; i++)
+        assert_true(zps_message_floats(&m)[i] == zps_bf16_to_float(b[i]));
+    zps_message_close(&m);
+    assert_int_equal(zps_wire_send(p->dealer, NULL, &h, b, FRAMED_N, NULL, NULL, 0), 0);
+    assert_int_equal(zps_wire_recv_deferred(p->router, 0, true, &m), 0);
+    assert_int_equal(m.nframes, 2);
+    assert_int_equal(zps_message_copy_verified(&m, dst), 0);
+    for (size_t i = 0; i < FRAMED_N; i++)
+        assert_true(dst[i] == zps_bf16_to_float(b[i]));
+    zps_message_close(&m);
+
+    /* Cut another way, or one bit off: refused, each with its code. */
+    Zps__Header raw = ZPS__HEADER__INIT;
+    raw.version = ZPS_PROTOCOL_VERSION;
+    raw.type = ZPS__MSG_TYPE__MSG_PUSH;
+    raw.length = FRAMED_N;
+    raw.checksum = zps_crc32c(0, v, FRAMED_N * sizeof(float));
+    const size_t whole = FRAMED_N * sizeof(float), F = ZPS_WIRE_FRAME_BYTES;
+    size_t good[4] = {F, F, F, whole - 3 * F};
+    send_frames(p, &raw, (const char *)v, good, 4);
+    expect(p, 0);
+    size_t short_middle[4] = {F, F - 4, F + 4, whole - 3 * F};
+    send_frames(p, &raw, (const char *)v, short_middle, 4);
+    expect(p, ZPS_EFRAMES);
+    size_t small_first[5] = {4, F - 4, F, F, whole - 3 * F};
+    send_frames(p, &raw, (const char *)v, small_first, 5);
+    expect(p, ZPS_EFRAMES);
+    raw.length = 3 * (F / 4); /* exactly three frames' worth said, four sent */
+    send_frames(p, &raw, (const char *)v, good, 4);
+    expect(p, ZPS_ELENGTH);
+    raw.length = FRAMED_N + 1; /* one value more said than sent */
+    send_frames(p, &raw, (const char *)v, good, 4);
+    expect(p, ZPS_ELENGTH);
+    raw.length = FRAMED_N;
+    raw.checksum ^= 1u;
+    send_frames(p, &raw, (const char *)v, good, 4);
+    expect(p, ZPS_ECHECKSUM);
+    send_frames(p, &raw, (const char *)v, good, 4);
+    assert_int_equal(zps_wire_recv_deferred(p->router, 0, true, &m), 0);
+    assert_int_equal(zps_message_copy_verified(&m, dst), ZPS_ECHECKSUM);
+    zps_message_close(&m);
+    test_nothing_ready(state);
+
+    zps_wire_pool_limit(0);
+    assert_int_equal(zps_wire_pool_bytes(), 0);
+    free(b);
+    free(v);
+    free(dst);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -433,6 +584,7 @@ int main(void)
         cmocka_unit_test(test_each_fault),  cmocka_unit_test(test_deferred_checksum),
         cmocka_unit_test(test_helpers),     cmocka_unit_test(test_fingerprint_field),
         cmocka_unit_test(test_send_summed), cmocka_unit_test(test_bf16_payload),
+        cmocka_unit_test(test_frames),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
