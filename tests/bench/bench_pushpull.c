@@ -41,6 +41,7 @@
  *   bench_pushpull [--sizes 4K,1M,16M,64M] [--seconds S] [--curve] [--bf16]
  */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,6 +57,7 @@
 #include "harness.h"
 #include "keys.h"
 #include "timeutil.h"
+#include "wire.h"
 
 typedef struct result {
     double seconds; /* per round trip, median */
@@ -133,7 +135,13 @@ static void raw_serve(int port_fd, raw_kind_t kind, size_t max_bytes, const char
             break;
         zmq_msg_send(&id, s, ZMQ_SNDMORE);
         if (kind == RAW_ECHO) {
-            /* The same message back: no copy on this side. */
+            /* The same message back, frame by frame: no copy on this side. */
+            while (zmq_msg_more(&body)) {
+                zmq_msg_send(&body, s, ZMQ_SNDMORE);
+                zmq_msg_init(&body);
+                if (zmq_msg_recv(&body, s, 0) < 0)
+                    _exit(1);
+            }
             zmq_msg_send(&body, s, 0);
         } else if (zmq_msg_size(&body) == sizeof(uint64_t) + 1 &&
                    ((char *)zmq_msg_data(&body))[0] == 'G') {
@@ -253,7 +261,6 @@ static result_t bench_raw(const raw_server_t *rs, size_t bytes, int rounds)
     return res;
 }
 
-/* X bytes up from the caller's buffer without copying, the same X bytes back into it. */
 /*
  * The floor of the shared-memory exchange: a plain memcpy of the same bytes
  * each way (X into a buffer, X back out), in this process, warm buffers.
@@ -281,7 +288,45 @@ static result_t bench_memcpy(size_t bytes, int rounds)
     return res;
 }
 
-static result_t bench_echo(const raw_server_t *rs, size_t bytes, int rounds)
+/* Sends `bytes` of `up` as one message, in frames of at most `frame` bytes (zero-copy). */
+static void echo_send(void *s, const char *up, size_t bytes, size_t frame)
+{
+    size_t off = 0;
+    do {
+        size_t n = bytes - off < frame ? bytes - off : frame;
+        zmq_msg_t m;
+        zmq_msg_init_data(&m, (void *)(up + off), n, NULL, NULL);
+        zmq_msg_send(&m, s, off + n < bytes ? ZMQ_SNDMORE : 0);
+        off += n;
+    } while (off < bytes);
+}
+
+/* Receives one message of `bytes`, in any number of frames, into `down`. Returns 0 or -1. */
+static int echo_recv(void *s, char *down, size_t bytes)
+{
+    size_t got = 0;
+    for (;;) {
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, s, 0) < 0 || got + zmq_msg_size(&m) > bytes) {
+            zmq_msg_close(&m);
+            return -1;
+        }
+        memcpy(down + got, zmq_msg_data(&m), zmq_msg_size(&m));
+        got += zmq_msg_size(&m);
+        int more = zmq_msg_more(&m);
+        zmq_msg_close(&m);
+        if (!more)
+            return got == bytes ? 0 : -1;
+    }
+}
+
+/*
+ * X bytes up from the caller's buffer without copying, the same X bytes back
+ * into it: as one frame each way, or with `framed` in frames of
+ * ZPS_WIRE_FRAME_BYTES, as zps sends a large payload.
+ */
+static result_t bench_echo(const raw_server_t *rs, size_t bytes, int rounds, bool framed)
 {
     void *ctx = zmq_ctx_new();
     void *s = raw_connect(ctx, rs);
@@ -291,16 +336,11 @@ static result_t bench_echo(const raw_server_t *rs, size_t bytes, int rounds)
     double *t = malloc(sizeof(double) * (size_t)(rounds + 2));
     for (int r = -2; r < rounds; r++) { /* two warm-up rounds (the CURVE handshake) */
         uint64_t t0 = zps_now_ns();
-        zmq_msg_t m;
-        zmq_msg_init_data(&m, up, bytes, NULL, NULL);
-        zmq_msg_send(&m, s, 0);
-        zmq_msg_init(&m);
-        if (zmq_msg_recv(&m, s, 0) < 0 || zmq_msg_size(&m) != bytes) {
+        echo_send(s, up, bytes, framed ? ZPS_WIRE_FRAME_BYTES : bytes);
+        if (echo_recv(s, down, bytes) != 0) {
             fprintf(stderr, "echo: %s\n", zmq_strerror(errno));
             exit(1);
         }
-        memcpy(down, zmq_msg_data(&m), bytes);
-        zmq_msg_close(&m);
         if (r >= 0)
             t[r] = (double)(zps_now_ns() - t0) / 1e9;
     }
@@ -499,27 +539,35 @@ static void print_result(const char *kind, size_t bytes, result_t r)
  * exchange_sealed only with --curve, exchange_bf16 only with --bf16). */
 typedef struct row {
     size_t bytes;
-    result_t zps_plain, raw, echo_plain, echo_curve, exchange, exchange_curve, exchange_sealed;
+    result_t zps_plain, raw, echo_plain, echo_frames, echo_curve, exchange, exchange_curve,
+        exchange_sealed;
     result_t exchange_bf16, exchange_shm, copy;
 } row_t;
 
 static void print_exchange_table(const row_t *rows, size_t count)
 {
     printf("\none exchange per clock: zps_client_exchange against a raw ZeroMQ echo of the same "
-           "bytes\n(one message each way, the floor), and against zps push + pull\n\n");
-    printf("%9s %7s | %12s %9s | %12s %9s | %12s | %10s %12s\n", "payload", "rounds", "exchange",
-           "GB/s", "echo RTT", "GB/s", "push+pull", "exchange/", "push+pull/");
-    printf("%9s %7s | %12s %9s | %12s %9s | %12s | %10s %12s\n", "", "", "RTT", "", "", "", "RTT",
-           "echo RTT", "exchange");
+           "bytes\n(one message each way, the floor) in one frame and in frames of %u KiB as zps "
+           "sends\nthem, and against zps push + pull\n\n",
+           ZPS_WIRE_FRAME_BYTES / 1024);
+    printf("%9s %7s | %12s %7s | %12s %7s | %12s %7s | %12s | %9s %9s %10s\n", "payload", "rounds",
+           "exchange", "GB/s", "echo RTT", "GB/s", "echo frames", "GB/s", "push+pull", "exchange/",
+           "exchange/", "push+pull/");
+    printf("%9s %7s | %12s %7s | %12s %7s | %12s %7s | %12s | %9s %9s %10s\n", "", "", "RTT", "",
+           "", "", "RTT", "", "RTT", "echo", "frames", "exchange");
     for (size_t k = 0; k < count; k++) {
         const row_t *w = &rows[k];
         char label[32];
         size_label(label, sizeof(label), w->bytes);
-        printf("%9s %7d | %9.1f us %9.2f | %9.1f us %9.2f | %9.1f us | %10.2f %12.2f\n", label,
-               w->exchange.rounds, w->exchange.seconds * 1e6, gbps(w->bytes, w->exchange),
-               w->echo_plain.seconds * 1e6, gbps(w->bytes, w->echo_plain),
-               w->zps_plain.seconds * 1e6, w->exchange.seconds / w->echo_plain.seconds,
-               w->zps_plain.seconds / w->exchange.seconds);
+        printf(
+            "%9s %7d | %9.1f us %7.2f | %9.1f us %7.2f | %9.1f us %7.2f | %9.1f us | %9.2f %9.2f "
+            "%10.2f\n",
+            label, w->exchange.rounds, w->exchange.seconds * 1e6, gbps(w->bytes, w->exchange),
+            w->echo_plain.seconds * 1e6, gbps(w->bytes, w->echo_plain),
+            w->echo_frames.seconds * 1e6, gbps(w->bytes, w->echo_frames),
+            w->zps_plain.seconds * 1e6, w->exchange.seconds / w->echo_plain.seconds,
+            w->exchange.seconds / w->echo_frames.seconds,
+            w->zps_plain.seconds / w->exchange.seconds);
     }
 }
 
@@ -581,11 +629,234 @@ static void print_bf16_table(const row_t *rows, size_t count)
     }
 }
 
+/* ---- a model over several shards and workers (--model) ---- */
+
+/* What one worker thread of the model benchmark does. */
+typedef struct model_worker {
+    int rank, workers, shards, rounds;
+    const char *const *endpoints; /* zps: one per shard */
+    const raw_server_t *echo;     /* echo: one per shard */
+    size_t bytes;                 /* the whole model */
+    const float *grad;            /* shared, read only */
+    bool framed;                  /* echo: in frames as zps sends them */
+    pthread_barrier_t *barrier;
+    double *t; /* per round, this worker's */
+    int failed;
+} model_worker_t;
+
+/* One worker of the zps cluster: an exchange per clock over all shards. */
+static void *model_zps_worker(void *arg)
+{
+    model_worker_t *w = arg;
+    zps_client_opts_t o;
+    zps_client_opts_default(&o);
+    o.worker = w->rank;
+    o.timeout_ms = 600000;
+    o.retry_ms = 0;
+    zps_client_t *c;
+    if (zps_client_new(w->endpoints, (size_t)w->shards, &o, &c) != 0) {
+        w->failed = 1;
+        return NULL;
+    }
+    uint64_t n = w->bytes / sizeof(float);
+    float *params = malloc(n * sizeof(float));
+    for (int r = -1; r < w->rounds && params; r++) { /* a warm-up round */
+        uint64_t t0 = zps_now_ns();
+        if (zps_client_exchange(c, (uint64_t)(r + 1), w->grad, n, 32, params, NULL) != 0) {
+            fprintf(stderr, "worker %d: %s\n", w->rank, zps_client_last_error(c));
+            w->failed = 1;
+            break;
+        }
+        if (r >= 0)
+            w->t[r] = (double)(zps_now_ns() - t0) / 1e9;
+    }
+    free(params);
+    zps_client_free(c);
+    return NULL;
+}
+
+/* One worker of the raw baseline: each round its slice of the model to
+ * every echo server and back, all shards at once; rounds in step with the
+ * other workers, as BSP's clocks are. */
+static void *model_echo_worker(void *arg)
+{
+    model_worker_t *w = arg;
+    void *ctx = zmq_ctx_new();
+    void **s = calloc((size_t)w->shards, sizeof(void *));
+    char *down = malloc(w->bytes);
+    for (int k = 0; k < w->shards; k++)
+        s[k] = raw_connect(ctx, &w->echo[k]);
+    for (int r = -1; r < w->rounds; r++) {
+        pthread_barrier_wait(w->barrier);
+        uint64_t t0 = zps_now_ns();
+        size_t off[65];
+        for (int k = 0; k <= w->shards; k++)
+            off[k] = w->bytes / sizeof(float) * (size_t)k / (size_t)w->shards * sizeof(float);
+        for (int k = 0; k < w->shards; k++)
+            echo_send(s[k], (const char *)w->grad + off[k], off[k + 1] - off[k],
+                      w->framed ? ZPS_WIRE_FRAME_BYTES : off[k + 1] - off[k]);
+        for (int k = 0; k < w->shards; k++)
+            if (echo_recv(s[k], down + off[k], off[k + 1] - off[k]) != 0)
+                w->failed = 1;
+        if (r >= 0)
+            w->t[r] = (double)(zps_now_ns() - t0) / 1e9;
+    }
+    for (int k = 0; k < w->shards; k++)
+        zmq_close(s[k]);
+    free(s);
+    free(down);
+    zmq_ctx_term(ctx);
+    return NULL;
+}
+
+/* Runs `workers` threads of `fn`; returns the median over workers and
+ * rounds of the per-clock time. */
+static result_t model_run(void *(*fn)(void *), model_worker_t *proto, int workers)
+{
+    pthread_t th[64];
+    model_worker_t w[64];
+    pthread_barrier_t barrier;
+    pthread_barrier_init(&barrier, NULL, (unsigned)workers);
+    for (int i = 0; i < workers; i++) {
+        w[i] = *proto;
+        w[i].rank = i;
+        w[i].barrier = &barrier;
+        w[i].t = calloc((size_t)proto->rounds, sizeof(double));
+        pthread_create(&th[i], NULL, fn, &w[i]);
+    }
+    double *all = malloc(sizeof(double) * (size_t)(workers * proto->rounds));
+    int failed = 0;
+    for (int i = 0; i < workers; i++) {
+        pthread_join(th[i], NULL);
+        failed |= w[i].failed;
+        memcpy(all + i * proto->rounds, w[i].t, sizeof(double) * (size_t)proto->rounds);
+        free(w[i].t);
+    }
+    pthread_barrier_destroy(&barrier);
+    if (failed) {
+        fprintf(stderr, "model benchmark failed\n");
+        exit(1);
+    }
+    return median_of(all, workers * proto->rounds);
+}
+
+/* The peak resident size of a process in kB (VmHWM), or -1. */
+static long peak_rss_kb(pid_t pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    long kb = -1;
+    while (f && fgets(line, sizeof(line), f))
+        if (sscanf(line, "VmHWM: %ld kB", &kb) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kb;
+}
+
+/* A JSON number after `key` in text, or -1. */
+static double json_after(const char *text, const char *key)
+{
+    const char *p = text ? strstr(text, key) : NULL;
+    return p ? atof(p + strlen(key)) : -1;
+}
+
+/*
+ * --model: a model of `bytes` over `shards` zps-servers (BSP, W = workers,
+ * SGD) and `workers` worker threads, each exchanging the whole model per
+ * clock, against `workers` threads echoing the same slices through
+ * `shards` raw ZeroMQ echo servers. The echo servers are forked by main
+ * before any ZeroMQ thread exists.
+ */
+static void bench_model(size_t bytes, int shards, int workers, int rounds, const raw_server_t *echo)
+{
+    uint64_t n = bytes / sizeof(float);
+    float *grad = malloc(n * sizeof(float));
+    for (uint64_t i = 0; i < n; i++)
+        grad[i] = (float)(i % 97) * 0.01f;
+    model_worker_t proto = {.workers = workers,
+                            .shards = shards,
+                            .rounds = rounds,
+                            .echo = echo,
+                            .bytes = bytes,
+                            .grad = grad};
+    result_t echo_r = model_run(model_echo_worker, &proto, workers);
+    proto.framed = true;
+    result_t frames_r = model_run(model_echo_worker, &proto, workers);
+
+    harness_server_t srv[64];
+    const char *eps[64];
+    char wstr[16];
+    snprintf(wstr, sizeof(wstr), "%d", workers);
+    char shard[32];
+    const char *args[] = {"--workers", wstr,      "--lr", "1e-9", "--log-level",
+                          "warn",      "--shard", shard,  NULL};
+    for (int k = 0; k < shards; k++) {
+        snprintf(shard, sizeof(shard), "%d/%d", k, shards);
+        if (harness_start(&srv[k], args) != 0) {
+            fprintf(stderr, "cannot start zps-server\n");
+            exit(1);
+        }
+        eps[k] = srv[k].endpoint;
+    }
+    zps_client_opts_t o;
+    zps_client_opts_default(&o);
+    o.timeout_ms = 600000;
+    zps_client_t *c;
+    float *zero = calloc(n, sizeof(float));
+    if (zps_client_new(eps, (size_t)shards, &o, &c) != 0) {
+        fprintf(stderr, "cannot make a client\n");
+        exit(1);
+    }
+    if (zps_client_init(c, zero, n) != 0) {
+        fprintf(stderr, "init of the model: %s\n", zps_client_last_error(c));
+        exit(1);
+    }
+    free(zero);
+    proto.endpoints = eps;
+    result_t zps_r = model_run(model_zps_worker, &proto, workers);
+
+    printf("\na model of %zu MiB over %d shards and %d workers (BSP, SGD): one exchange per clock\n"
+           "per worker, against a raw ZeroMQ echo of the same slices over as many connections\n"
+           "(median over workers and %d rounds)\n\n",
+           bytes >> 20, shards, workers, rounds);
+    printf("%12s | %12s | %12s | %10s %10s\n", "exchange", "echo", "echo frames", "exchange/",
+           "exchange/");
+    printf("%12s | %12s | %12s | %10s %10s\n", "per clock", "per clock", "per clock", "echo",
+           "frames");
+    printf("%9.1f ms | %9.1f ms | %9.1f ms | %10.2f %10.2f\n\n", zps_r.seconds * 1e3,
+           echo_r.seconds * 1e3, frames_r.seconds * 1e3, zps_r.seconds / echo_r.seconds,
+           zps_r.seconds / frames_r.seconds);
+    printf("%5s | %14s | %14s | %18s | %8s\n", "shard", "peak RSS MiB", "RSS now MiB",
+           "memory bound MiB", "peak/bound");
+    for (int k = 0; k < shards; k++) {
+        char *json = NULL;
+        zps_client_stats(c, (size_t)k, &json);
+        double bound = json_after(json, "\"memory_bound_bytes\":");
+        free(json);
+        long peak = peak_rss_kb(srv[k].pid), now = harness_rss_kb(srv[k].pid);
+        printf("%5d | %14.1f | %14.1f | %18.1f | %8.2f\n", k, peak / 1024.0, now / 1024.0,
+               bound / 1048576.0, peak * 1024.0 / bound);
+    }
+    printf("\n");
+    print_result("exchange-model", bytes, zps_r);
+    print_result("echo-model", bytes, echo_r);
+    print_result("echo-model-frames", bytes, frames_r);
+    zps_client_free(c);
+    for (int k = 0; k < shards; k++)
+        harness_stop(&srv[k]);
+    free(grad);
+}
+
 int main(int argc, char **argv)
 {
+    zps_wire_tune_malloc();
     const char *sizes = "4K,1M,16M,64M";
     double seconds = 2.0;
     bool curve = false, bf16 = false;
+    size_t model = 0;
+    int shards = 4, workers = 4, model_rounds = 5;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--sizes") == 0 && i + 1 < argc)
             sizes = argv[++i];
@@ -595,11 +866,36 @@ int main(int argc, char **argv)
             curve = true;
         else if (strcmp(argv[i], "--bf16") == 0)
             bf16 = true;
+        else if (strcmp(argv[i], "--model") == 0 && i + 1 < argc)
+            model = parse_size(argv[++i]);
+        else if (strcmp(argv[i], "--shards") == 0 && i + 1 < argc)
+            shards = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--workers") == 0 && i + 1 < argc)
+            workers = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc)
+            model_rounds = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: bench_pushpull [--sizes 4K,1M,16M,64M] [--seconds S] [--curve] "
-                            "[--bf16]\n");
+                            "[--bf16]\n"
+                            "       bench_pushpull --model SIZE [--shards S] [--workers W] "
+                            "[--rounds R]\n");
             return 2;
         }
+    }
+    if (model) {
+        if (shards < 1 || shards > 64 || workers < 1 || workers > 64 || model_rounds < 1 ||
+            model / sizeof(float) < (size_t)shards) {
+            fprintf(stderr, "--model: 1 to 64 shards and workers, at least a value per shard\n");
+            return 2;
+        }
+        raw_server_t echo[64];
+        for (int k = 0; k < shards; k++)
+            if (raw_start(&echo[k], RAW_ECHO, 0, false) != 0)
+                return 1;
+        bench_model(model, shards, workers, model_rounds, echo);
+        for (int k = 0; k < shards; k++)
+            raw_stop(&echo[k]);
+        return 0;
     }
     size_t list[16], count = 0, max = 0;
     char *copy = strdup(sizes);
@@ -652,12 +948,13 @@ int main(int argc, char **argv)
         w->bytes = b;
         w->zps_plain = zps_r;
         w->raw = raw_r;
-        w->echo_plain = bench_echo(&echo, b, rounds);
+        w->echo_plain = bench_echo(&echo, b, rounds, false);
+        w->echo_frames = bench_echo(&echo, b, rounds, true);
         w->exchange = bench_zps(b, rounds, SEC_PLAIN, true, false, false);
         if (curve) {
             /* CURVE moves ~10x slower than plain TCP here: fewer rounds, about as long. */
             int crounds = rounds_for(b, seconds, 1.5e8);
-            w->echo_curve = bench_echo(&echo_curve, b, crounds);
+            w->echo_curve = bench_echo(&echo_curve, b, crounds, false);
             w->exchange_curve = bench_zps(b, crounds, SEC_CURVE, true, false, false);
             w->exchange_sealed =
                 bench_zps(b, rounds_for(b, seconds, 6e8), SEC_SEALED, true, false, false);
@@ -681,6 +978,7 @@ int main(int argc, char **argv)
         print_result("pushpull-raw", w->bytes, w->raw);
         print_result("exchange", w->bytes, w->exchange);
         print_result("echo", w->bytes, w->echo_plain);
+        print_result("echo-frames", w->bytes, w->echo_frames);
         print_result("exchange-shm", w->bytes, w->exchange_shm);
         print_result("memcpy", w->bytes, w->copy);
         if (curve) {
