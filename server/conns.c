@@ -317,6 +317,11 @@ void zps_conns_events(zps_conns_t *c, void (*gone)(void *arg, int fd), void *arg
     }
 }
 
+bool zps_conns_knows(const zps_conns_t *c, int fd)
+{
+    return fd >= 0 && (size_t)fd < c->cap && c->by_fd[fd].open;
+}
+
 void zps_conns_took(zps_conns_t *c, int fd, uint64_t wire_bytes)
 {
     if (fd >= 0 && (size_t)fd < c->cap && c->by_fd[fd].open)

@@ -113,6 +113,9 @@ void zps_conns_close(zps_conns_t *c);
  */
 void zps_conns_events(zps_conns_t *c, void (*gone)(void *arg, int fd), void *arg);
 
+/* Whether fd is a connection whose acceptance zps_conns_events has read. */
+bool zps_conns_knows(const zps_conns_t *c, int fd);
+
 /* A complete message of `wire_bytes` was read from connection `fd` (-1: unknown). */
 void zps_conns_took(zps_conns_t *c, int fd, uint64_t wire_bytes);
 
