@@ -772,6 +772,8 @@ int zps_client_new(const char *const *endpoints, size_t count, const zps_client_
         c->opts = *opts;
     else
         zps_client_opts_default(&c->opts);
+    if (!c->opts.keep_malloc)
+        zps_wire_tune_malloc();
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->released, NULL);
     /* Request ids only need to differ between this client's calls; starting

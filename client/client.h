@@ -96,6 +96,12 @@ typedef struct zps_client_opts {
      * (--no-shm) or a connection that drops falls back to the socket. Not
      * with wire_bf16. */
     bool shm;
+    /* Leaves the process's malloc settings as they are. Otherwise the first
+     * zps_client_new sets them for large payloads (zps_wire_tune_malloc in
+     * common/wire.h: buffers up to 32 MiB from the heap, freed memory kept
+     * for the next message), without which every reply of more than 1 MiB
+     * is received into freshly mapped pages. */
+    bool keep_malloc;
     uint8_t curve_public_key[32];
     uint8_t curve_secret_key[32];
     uint8_t curve_server_key[32];

@@ -192,8 +192,12 @@ static void pool_put(void *data, void *hint)
 
 void zps_wire_tune_malloc(void)
 {
-    /* Fixed values also stop glibc's own adjustment of both. */
-    mallopt(M_MMAP_THRESHOLD, 2 * ZPS_WIRE_FRAME_BYTES);
+    /* glibc's largest threshold (half its 64 MiB per-thread heap): frames,
+     * and the other buffers of a message (a sealed payload opened, a
+     * bfloat16 one widened) up to 32 MiB, come from the heap. Fixed values
+     * also stop glibc's own adjustment of both, which would return the
+     * frames' memory, 2 MiB at a time, after every message. */
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
     mallopt(M_TRIM_THRESHOLD, INT32_MAX);
 }
 
@@ -384,11 +388,11 @@ static uint64_t payload_bytes(zps_message_t *msg)
 }
 
 /*
- * A payload of several frames into one buffer from the pool, as float32
- * (widened from bfloat16), its checksum verified and its values scanned in
- * the same pass over each frame.
+ * A bfloat16 payload of several frames widened into one buffer from the
+ * pool, its checksum verified and its values scanned in the same pass over
+ * each frame.
  */
-static int assemble(zps_message_t *msg)
+static int widen_frames(zps_message_t *msg)
 {
     size_t n = (size_t)msg->hdr.length;
     float *dst = pool_get(n * sizeof(float));
@@ -398,12 +402,10 @@ static int assemble(zps_message_t *msg)
     size_t at = 0, bad = n;
     float mx = 0;
     for (size_t i = 0; i < msg->nframes; i++) {
-        size_t k = zmq_msg_size(&msg->frames[i]) / zps_wire_elem_bytes(&msg->hdr);
+        size_t k = zmq_msg_size(&msg->frames[i]) / sizeof(uint16_t);
         size_t fbad;
         float fmx;
-        crc = msg->narrow ? zps_bf16_widen_scan(dst + at, zmq_msg_data(&msg->frames[i]), k, &fbad,
-                                                &fmx, crc)
-                          : scan_max(crc, dst + at, zmq_msg_data(&msg->frames[i]), k, &fbad, &fmx);
+        crc = zps_bf16_widen_scan(dst + at, zmq_msg_data(&msg->frames[i]), k, &fbad, &fmx, crc);
         if (bad == n && fbad < k)
             bad = at + fbad;
         mx = fmx > mx ? fmx : mx;
@@ -422,8 +424,122 @@ static int assemble(zps_message_t *msg)
     msg->narrow = false;
     msg->scanned = true;
     msg->first_nonfinite = bad;
-    msg->abs_max = bad < n ? INFINITY : mx;
+    msg->abs_max = mx;
     return 0;
+}
+
+/* A float32 payload of several frames: checksum and scan where it is. */
+static int scan_frames(zps_message_t *msg)
+{
+    uint32_t crc = 0;
+    size_t at = 0, bad = (size_t)msg->hdr.length;
+    float mx = 0;
+    for (size_t i = 0; i < msg->nframes; i++) {
+        size_t k = zmq_msg_size(&msg->frames[i]) / sizeof(float);
+        size_t fbad;
+        float fmx;
+        crc = scan_max(crc, NULL, zmq_msg_data(&msg->frames[i]), k, &fbad, &fmx);
+        if (bad == msg->hdr.length && fbad < k)
+            bad = at + fbad;
+        mx = fmx > mx ? fmx : mx;
+        at += k;
+    }
+    if (crc != msg->hdr.checksum)
+        return ZPS_ECHECKSUM;
+    msg->scanned = true;
+    msg->first_nonfinite = bad;
+    msg->abs_max = mx;
+    return 0;
+}
+
+float zps_message_at(const zps_message_t *msg, size_t i)
+{
+    const float *v;
+    if (msg->frames) {
+        size_t per = ZPS_WIRE_FRAME_BYTES / sizeof(float);
+        v = (const float *)zmq_msg_data(&msg->frames[i / per]) + i % per;
+    } else {
+        v = (const float *)zmq_msg_data((zmq_msg_t *)&msg->payload) + i;
+    }
+    return *v;
+}
+
+int zps_message_flatten(zps_message_t *msg)
+{
+    if (!msg->frames || msg->narrow)
+        return 0;
+    size_t bytes = (size_t)msg->hdr.length * sizeof(float);
+    char *dst = pool_get(bytes);
+    if (!dst)
+        return ZPS_ENOMEM;
+    size_t at = 0;
+    for (size_t i = 0; i < msg->nframes; i++) {
+        memcpy(dst + at, zmq_msg_data(&msg->frames[i]), zmq_msg_size(&msg->frames[i]));
+        at += zmq_msg_size(&msg->frames[i]);
+    }
+    zmq_msg_t m;
+    if (zmq_msg_init_data(&m, dst, bytes, pool_put, NULL) != 0) {
+        pool_put(dst, NULL);
+        return ZPS_ENOMEM;
+    }
+    close_frames(msg);
+    zmq_msg_init(&msg->payload);
+    zmq_msg_move(&msg->payload, &m);
+    zmq_msg_close(&m);
+    return 0;
+}
+
+int zps_payload_take(zps_payload_t *p, zps_message_t *msg)
+{
+    ZPS_ASSERT(msg->has_payload && !msg->narrow);
+    memset(p, 0, sizeof(*p));
+    if (!msg->frames) {
+        zmq_msg_init(&p->one);
+        zmq_msg_move(&p->one, &msg->payload);
+        p->first = zmq_msg_data(&p->one);
+        p->seg = &p->first;
+        p->nseg = 1;
+        p->seg_len = zmq_msg_size(&p->one) / sizeof(float);
+    } else {
+        p->seg = malloc(msg->nframes * sizeof(*p->seg));
+        if (!p->seg)
+            return ZPS_ENOMEM;
+        for (size_t i = 0; i < msg->nframes; i++)
+            p->seg[i] = zmq_msg_data(&msg->frames[i]);
+        p->frames = msg->frames;
+        p->nseg = msg->nframes;
+        p->seg_len = ZPS_WIRE_FRAME_BYTES / sizeof(float);
+        msg->frames = NULL;
+        msg->nframes = 0;
+    }
+    msg->has_payload = false;
+    return 0;
+}
+
+void zps_payload_move(zps_payload_t *dst, zps_payload_t *src)
+{
+    *dst = *src;
+    if (!src->frames && src->nseg) {
+        zmq_msg_init(&dst->one);
+        zmq_msg_move(&dst->one, &src->one);
+        /* A small message's bytes live in the zmq_msg_t itself: they moved. */
+        dst->first = zmq_msg_data(&dst->one);
+        dst->seg = &dst->first;
+    }
+    memset(src, 0, sizeof(*src));
+}
+
+void zps_payload_close(zps_payload_t *p)
+{
+    if (p->frames) {
+        for (size_t i = 0; i < p->nseg; i++)
+            zmq_msg_close(&p->frames[i]);
+        free(p->frames);
+        free(p->seg);
+    } else if (p->nseg) {
+        zmq_msg_close(&p->one);
+    }
+    memset(p, 0, sizeof(*p));
 }
 
 /* zps_wire_recv and zps_wire_recv_deferred: `verify` says whether the
@@ -507,7 +623,9 @@ static int judge(zps_message_t *msg, bool verify)
             return ZPS_ELENGTH;
         if (msg->frames) {
             msg->narrow = elem != sizeof(float);
-            return verify ? assemble(msg) : 0;
+            if (!verify)
+                return 0;
+            return msg->narrow ? widen_frames(msg) : scan_frames(msg);
         }
         if (elem != sizeof(float)) {
             msg->narrow = true;

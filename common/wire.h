@@ -134,11 +134,12 @@ typedef struct zps_message {
     bool has_payload;
     zmq_msg_t payload; /* valid when has_payload; the float32 values, 4-byte aligned (the
                         * bfloat16 values as received while `narrow`) */
-    /* A payload that came in several frames and is kept as it came
-     * (zps_wire_recv_deferred): `nframes` frames, in order, that
-     * zps_message_copy_verified copies out; `payload` is then unused.
-     * zps_wire_recv assembles such a payload into `payload` instead, in a
-     * buffer kept for reuse (zps_wire_pool_limit). */
+    /* A payload that came in several frames, kept as it came: `nframes`
+     * frames, in order (`payload` is then unused). zps_wire_recv checks
+     * them where they are; zps_message_copy_verified copies them out,
+     * zps_payload_take keeps them, zps_message_flatten makes them one.
+     * A bfloat16 payload is widened into one buffer by zps_wire_recv
+     * instead, from a pool kept for reuse (zps_wire_pool_limit). */
     zmq_msg_t *frames;
     size_t nframes;
     /* The payload is still the bfloat16 frame (ZPS_FLAG_BF16) of a message
@@ -215,11 +216,46 @@ static inline const float *zps_message_floats(zps_message_t *msg)
                : NULL;
 }
 
+/* Value i (< hdr.length) of a received float32 payload, in one frame or several. */
+float zps_message_at(const zps_message_t *msg, size_t i);
+
 /*
- * Payloads of several frames that zps_wire_recv assembles go into buffers
- * that are kept, once free, for the next payload of their size, up to
- * `bytes` of free buffers in all (default 0: none kept). A server sets it
- * to what its memory bound already counts for pushes in hand.
+ * Copies a float32 payload of several frames into one buffer (from the
+ * pool below), so that zps_message_floats returns it. Returns 0 (also when
+ * there was nothing to do) or ZPS_ENOMEM (the message is unchanged).
+ */
+int zps_message_flatten(zps_message_t *msg);
+
+/*
+ * A received float32 payload taken out of its message to be kept (a BSP
+ * step's buffered push), in one segment or one per frame, where ZeroMQ
+ * received it: seg[i] holds values [i * seg_len, ...). seg_len is
+ * ZPS_WIRE_FRAME_BYTES / 4 for frames, the payload's length for one.
+ */
+typedef struct zps_payload {
+    zmq_msg_t one;      /* when frames is NULL */
+    zmq_msg_t *frames;  /* [nseg] */
+    const float **seg;  /* [nseg]: &first when one segment */
+    const float *first; /* the one segment */
+    size_t nseg;
+    size_t seg_len;
+} zps_payload_t;
+
+/* Moves msg's float32 payload into p (msg keeps none). Returns 0 or ZPS_ENOMEM (msg unchanged). */
+int zps_payload_take(zps_payload_t *p, zps_message_t *msg);
+
+/* Moves what src holds into dst (uninitialised or closed); src is left empty. */
+void zps_payload_move(zps_payload_t *dst, zps_payload_t *src);
+
+/* Releases what p holds; an empty one is left. Safe to call twice. */
+void zps_payload_close(zps_payload_t *p);
+
+/*
+ * Payloads of several frames made into one buffer (bfloat16 ones widened
+ * by zps_wire_recv, zps_message_flatten) go into buffers that are kept,
+ * once free, for the next payload of their size, up to `bytes` of free
+ * buffers in all (default 0: none kept). A server sets it to what its
+ * memory bound already counts for pushes in hand.
  */
 void zps_wire_pool_limit(uint64_t bytes);
 
@@ -227,13 +263,14 @@ void zps_wire_pool_limit(uint64_t bytes);
 uint64_t zps_wire_pool_bytes(void);
 
 /*
- * Sets the process's malloc so that buffers up to twice ZPS_WIRE_FRAME_BYTES
- * come from its heap and freed memory stays there for the next message,
+ * Sets the process's malloc so that buffers up to 32 MiB (frames among
+ * them) come from its heap and freed memory stays there for the next message,
  * rather than being mapped and unmapped per message (each mapping costs a
  * page fault per 4 KiB on first touch). Programs that move large payloads
  * call it first thing in main(), before ZeroMQ starts its threads: the
  * memory of the frames of the largest messages received at once then stays
- * resident. A library never calls it for its host program.
+ * resident. zps_client_new calls it too, unless its options say
+ * keep_malloc. Calling it again changes nothing.
  */
 void zps_wire_tune_malloc(void);
 

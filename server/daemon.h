@@ -33,10 +33,11 @@
 #include "stats.h"
 #include "store.h"
 
-/* BSP: one buffered gradient per worker, kept in the message that carried it. */
+/* BSP: one buffered gradient per worker, kept where ZeroMQ received it
+ * (in one buffer, or in the frames it came in). */
 typedef struct zps_slot {
     bool full;
-    zmq_msg_t msg;
+    zps_payload_t grad;
     uint32_t batch;
     float abs_max;             /* max|g[i]| of the push, or INFINITY (zps_message_t) */
     uint64_t update_staleness; /* what its step will record (the consistency decision's) */
@@ -81,10 +82,11 @@ typedef struct zps_daemon {
     zps_slot_t *slots; /* [W] */
 
     /* Scratch, reused by every BSP step and every batch of ready pulls. */
-    uint32_t *ranks;     /* [W] */
-    const float **grads; /* [W] */
-    uint32_t *batches;   /* [W] */
-    uint64_t *tokens;    /* [tokens_cap] */
+    uint32_t *ranks;       /* [W] */
+    const float **grads;   /* [W] */
+    zps_grad_segs_t *segs; /* [W] */
+    uint32_t *batches;     /* [W] */
+    uint64_t *tokens;      /* [tokens_cap] */
     size_t tokens_cap;
 
     /* Liveness, on the listening clock (zps_daemon_listening_ns). */

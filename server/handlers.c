@@ -93,17 +93,19 @@ static bool check_range(zps_daemon_t *d, zps_request_t *r)
 static bool check_finite(zps_daemon_t *d, zps_request_t *r)
 {
     zps_message_t *m = r->msg;
-    const float *v = zps_message_floats(m);
     size_t bad = 0;
     if (m->scanned) {
         if (m->first_nonfinite >= m->hdr.length)
             return true;
         bad = (size_t)m->first_nonfinite;
-    } else if (zps_all_finite(v, (size_t)m->hdr.length, &bad)) {
-        return true;
+    } else {
+        /* Payloads in frames are always scanned on receipt. */
+        ZPS_ASSERT(!m->frames);
+        if (zps_all_finite(zps_message_floats(m), (size_t)m->hdr.length, &bad))
+            return true;
     }
     zps_reply_error(d, r, ZPS_ENONFINITE, "element %llu of the payload is %g",
-                    (unsigned long long)(m->hdr.offset + bad), (double)v[bad]);
+                    (unsigned long long)(m->hdr.offset + bad), (double)zps_message_at(m, bad));
     return false;
 }
 
@@ -261,9 +263,13 @@ void zps_handle_init(zps_daemon_t *d, zps_request_t *r)
     }
     if (!check_range(d, r))
         return;
-    const float *values = zps_message_floats(r->msg);
     if (!check_finite(d, r))
         return;
+    if (zps_message_flatten(r->msg) != 0) {
+        zps_reply_error(d, r, ZPS_ENOMEM, "out of memory");
+        return;
+    }
+    const float *values = zps_message_floats(r->msg);
 
     if (zps_consistency_initialized(d->consistency)) {
         if (req->total != d->store.total) {
@@ -316,13 +322,13 @@ static uint32_t take_steps(zps_daemon_t *d)
         for (uint32_t j = 0; j < k; j++) {
             zps_slot_t *sl = &d->slots[d->ranks[j]];
             ZPS_ASSERT(sl->full);
-            d->grads[j] = zmq_msg_data(&sl->msg);
+            d->segs[j] = (zps_grad_segs_t){sl->grad.seg, sl->grad.seg_len};
             d->batches[j] = sl->batch;
             g_max = !(sl->abs_max <= g_max) ? (double)sl->abs_max : g_max;
         }
         size_t where = 0;
-        bool ok =
-            zps_store_check_mean_bounded(&d->store, d->grads, d->batches, k, g_max, &where) == 0;
+        bool ok = zps_store_check_mean_segs(&d->store, d->segs, d->batches, k, g_max, d->grads,
+                                            &where) == 0;
         zps_reply_buf_t *b = NULL;
         int shm_buf = -1;
         uint32_t crc = 0;
@@ -337,11 +343,11 @@ static uint32_t take_steps(zps_daemon_t *d)
                 b = zps_reply_cache_reserve(&d->reply_cache, d->store.len);
                 dst = b ? b->data : NULL;
             }
-            crc = zps_store_step_mean_bounded(&d->store, d->grads, d->batches, k, g_max, dst);
+            crc = zps_store_step_mean_segs(&d->store, d->segs, d->batches, k, g_max, d->grads, dst);
         }
         for (uint32_t j = 0; j < k; j++) {
             zps_slot_t *sl = &d->slots[d->ranks[j]];
-            zmq_msg_close(&sl->msg);
+            zps_payload_close(&sl->grad);
             sl->full = false;
         }
         if (ok) {
@@ -402,16 +408,27 @@ void zps_handle_push(zps_daemon_t *d, zps_request_t *r)
         zps_reply_error(d, r, ZPS_EBATCH, "a gradient must come from at least one example");
         return;
     }
-    const float *grad = zps_message_floats(r->msg);
     if (!check_finite(d, r))
         return;
     /* max|g|, found by the receive scan; unknown without it (exact check). */
     float g_max = r->msg->scanned ? r->msg->abs_max : INFINITY;
+    /* Where the gradient is read: BSP keeps it where ZeroMQ received it, in
+     * the frames it came in, until its step; SSP and ASP apply it at once,
+     * from one buffer. */
+    bool bsp = d->cfg->consistency.mode == ZPS_MODE_BSP;
+    zps_payload_t got;
+    memset(&got, 0, sizeof(got));
+    if ((bsp ? zps_payload_take(&got, r->msg) : zps_message_flatten(r->msg)) != 0) {
+        zps_reply_error(d, r, ZPS_ENOMEM, "out of memory");
+        return;
+    }
+    const float *grad = zps_message_floats(r->msg);
 
     zps_push_decision_t dec;
     rc = zps_consistency_push(d->consistency, (uint32_t)req->worker, req->clock, req->model_version,
                               &dec, why, sizeof(why));
     if (rc) {
+        zps_payload_close(&got);
         zps_reply_error(d, r, rc, "%s", why);
         return;
     }
@@ -450,8 +467,7 @@ void zps_handle_push(zps_daemon_t *d, zps_request_t *r)
     case ZPS_PUSH_BUFFER: {
         zps_slot_t *sl = &d->slots[req->worker];
         ZPS_ASSERT(!sl->full);
-        zmq_msg_init(&sl->msg);
-        zmq_msg_move(&sl->msg, &r->msg->payload);
+        zps_payload_move(&sl->grad, &got);
         sl->full = true;
         sl->batch = req->batch;
         sl->abs_max = g_max;
@@ -475,6 +491,7 @@ void zps_handle_push(zps_daemon_t *d, zps_request_t *r)
         h.flags |= ZPS_FLAG_DROPPED;
         break;
     }
+    zps_payload_close(&got); /* a retry's or a dropped push's: not kept */
     if (!exchange) {
         zps_reply_send(d, r, &h);
         zps_handlers_take_steps(d);

@@ -346,6 +346,11 @@ static bool drain_socket(zps_daemon_t *d, bool sealed, int budget)
             zps_error("receive failed: %s", zmq_strerror(zmq_errno()));
             return false;
         }
+        /* A message from a connection accepted since the last events were
+         * read (a large first message arrives while the loop is busy): its
+         * event first, or its bytes would never count as taken. */
+        if (m.peer.fd >= 0 && !zps_conns_knows(conns, m.peer.fd))
+            zps_conns_events(conns, sealed ? connection_gone : curve_connection_gone, d);
         zps_conns_took(conns, m.peer.fd, m.wire_bytes);
         if (rc == ZPS_ESEAL) {
             refuse_sealed(d, &m);
@@ -706,13 +711,14 @@ static void release(zps_daemon_t *d)
     if (d->slots) {
         for (uint32_t w = 0; w < d->cfg->consistency.workers; w++)
             if (d->slots[w].full)
-                zmq_msg_close(&d->slots[w].msg);
+                zps_payload_close(&d->slots[w].grad);
     }
     free(d->slots);
     free(d->last_seen_ns);
     free(d->evictions);
     free(d->ranks);
     free(d->grads);
+    free(d->segs);
     free(d->batches);
     free(d->tokens);
     zps_ckpt_queue_fini(&d->ckpts);
@@ -790,12 +796,13 @@ int zps_server_run(const zps_server_config_t *cfg, bool *unsaved)
     d.slots = calloc(w, sizeof(zps_slot_t));
     d.ranks = calloc(w, sizeof(uint32_t));
     d.grads = calloc(w, sizeof(float *));
+    d.segs = calloc(w, sizeof(zps_grad_segs_t));
     d.batches = calloc(w, sizeof(uint32_t));
     d.tokens_cap = 64;
     d.tokens = calloc(d.tokens_cap, sizeof(uint64_t));
     d.last_seen_ns = calloc(w, sizeof(uint64_t));
     d.evictions = calloc(w, sizeof(uint64_t));
-    if (!d.slots || !d.ranks || !d.grads || !d.batches || !d.tokens || !d.last_seen_ns ||
+    if (!d.slots || !d.ranks || !d.grads || !d.segs || !d.batches || !d.tokens || !d.last_seen_ns ||
         !d.evictions) {
         release(&d);
         return ZPS_ENOMEM;

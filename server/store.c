@@ -127,8 +127,33 @@ int zps_store_apply_bounded(zps_store_t *s, const float *grad, double g_max, dou
     return 0;
 }
 
-int zps_store_check_mean(const zps_store_t *s, const float *const *grads, const uint32_t *n,
-                         size_t k, size_t *where)
+/*
+ * The gradients a BSP step reads: k contiguous ones (flat, read at lo), or
+ * k in segments (segs, their block's pointers gathered into blk).
+ */
+typedef struct grads_in {
+    const float *const *flat;
+    const zps_grad_segs_t *segs;
+    const float **blk;
+} grads_in_t;
+
+/* The example-weighted mean of block [lo, lo + len) into out. */
+static void mean_block(const grads_in_t *g, const uint32_t *n, size_t k, float denom, size_t lo,
+                       size_t len, float *restrict out)
+{
+    if (!g->segs) {
+        zps_weighted_mean_block(g->flat, n, k, denom, lo, len, out);
+        return;
+    }
+    for (size_t j = 0; j < k; j++) {
+        size_t sl = g->segs[j].seg_len;
+        g->blk[j] = g->segs[j].seg[lo / sl] + lo % sl;
+    }
+    zps_weighted_mean_block(g->blk, n, k, denom, 0, len, out);
+}
+
+static int check_mean(const zps_store_t *s, const grads_in_t *g, const uint32_t *n, size_t k,
+                      size_t *where)
 {
     ZPS_ASSERT(k >= 1);
     const float denom = zps_mean_denominator(n, k);
@@ -138,7 +163,7 @@ int zps_store_check_mean(const zps_store_t *s, const float *const *grads, const 
         size_t len = s->len - lo < ZPS_STORE_BLOCK ? s->len - lo : ZPS_STORE_BLOCK;
         /* The mean itself may overflow (a huge gradient times a huge batch);
          * then so does the step, which is what is checked. */
-        zps_weighted_mean_block(grads, n, k, denom, lo, len, s->scratch);
+        mean_block(g, n, k, denom, lo, len, s->scratch);
         if (!zps_optimizer_check(s->opt, &st, lo, len, s->params + lo, s->scratch)) {
             if (where)
                 *where = lo;
@@ -148,8 +173,8 @@ int zps_store_check_mean(const zps_store_t *s, const float *const *grads, const 
     return 0;
 }
 
-int zps_store_check_mean_bounded(zps_store_t *s, const float *const *grads, const uint32_t *n,
-                                 size_t k, double g_max, size_t *where)
+static int check_mean_bounded(zps_store_t *s, const grads_in_t *g, const uint32_t *n, size_t k,
+                              double g_max, size_t *where)
 {
     ZPS_ASSERT(k >= 1);
     zps_opt_step_t st;
@@ -157,17 +182,11 @@ int zps_store_check_mean_bounded(zps_store_t *s, const float *const *grads, cons
     zps_opt_bounds_t next = {0};
     if (step_proven(s, &st, mean_max(n, k, g_max), &next))
         return 0;
-    return zps_store_check_mean(s, grads, n, k, where);
+    return check_mean(s, g, n, k, where);
 }
 
-uint32_t zps_store_step_mean(zps_store_t *s, const float *const *grads, const uint32_t *n, size_t k,
-                             float *restrict copy)
-{
-    return zps_store_step_mean_bounded(s, grads, n, k, INFINITY, copy);
-}
-
-uint32_t zps_store_step_mean_bounded(zps_store_t *s, const float *const *grads, const uint32_t *n,
-                                     size_t k, double g_max, float *restrict copy)
+static uint32_t step_mean(zps_store_t *s, const grads_in_t *g, const uint32_t *n, size_t k,
+                          double g_max, float *restrict copy)
 {
     ZPS_ASSERT(k >= 1);
     const float denom = zps_mean_denominator(n, k);
@@ -180,7 +199,7 @@ uint32_t zps_store_step_mean_bounded(zps_store_t *s, const float *const *grads, 
     uint32_t crc = 0;
     for (size_t lo = 0; lo < s->len; lo += ZPS_STORE_BLOCK) {
         size_t len = s->len - lo < ZPS_STORE_BLOCK ? s->len - lo : ZPS_STORE_BLOCK;
-        zps_weighted_mean_block(grads, n, k, denom, lo, len, s->scratch);
+        mean_block(g, n, k, denom, lo, len, s->scratch);
         zps_optimizer_apply(s->opt, &st, lo, len, s->params + lo, s->scratch);
         if (copy)
             crc = zps_crc32c_copy(crc, copy + lo, s->params + lo, len * sizeof(float));
@@ -188,4 +207,45 @@ uint32_t zps_store_step_mean_bounded(zps_store_t *s, const float *const *grads, 
     zps_optimizer_end(s->opt);
     step_taken(s, proven, &next);
     return crc;
+}
+
+int zps_store_check_mean(const zps_store_t *s, const float *const *grads, const uint32_t *n,
+                         size_t k, size_t *where)
+{
+    grads_in_t g = {.flat = grads};
+    return check_mean(s, &g, n, k, where);
+}
+
+int zps_store_check_mean_bounded(zps_store_t *s, const float *const *grads, const uint32_t *n,
+                                 size_t k, double g_max, size_t *where)
+{
+    grads_in_t g = {.flat = grads};
+    return check_mean_bounded(s, &g, n, k, g_max, where);
+}
+
+uint32_t zps_store_step_mean(zps_store_t *s, const float *const *grads, const uint32_t *n, size_t k,
+                             float *restrict copy)
+{
+    return zps_store_step_mean_bounded(s, grads, n, k, INFINITY, copy);
+}
+
+uint32_t zps_store_step_mean_bounded(zps_store_t *s, const float *const *grads, const uint32_t *n,
+                                     size_t k, double g_max, float *restrict copy)
+{
+    grads_in_t g = {.flat = grads};
+    return step_mean(s, &g, n, k, g_max, copy);
+}
+
+int zps_store_check_mean_segs(zps_store_t *s, const zps_grad_segs_t *grads, const uint32_t *n,
+                              size_t k, double g_max, const float **blk, size_t *where)
+{
+    grads_in_t g = {.segs = grads, .blk = blk};
+    return check_mean_bounded(s, &g, n, k, g_max, where);
+}
+
+uint32_t zps_store_step_mean_segs(zps_store_t *s, const zps_grad_segs_t *grads, const uint32_t *n,
+                                  size_t k, double g_max, const float **blk, float *restrict copy)
+{
+    grads_in_t g = {.segs = grads, .blk = blk};
+    return step_mean(s, &g, n, k, g_max, copy);
 }

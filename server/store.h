@@ -115,4 +115,25 @@ int zps_store_check_mean_bounded(zps_store_t *s, const float *const *grads, cons
 uint32_t zps_store_step_mean_bounded(zps_store_t *s, const float *const *grads, const uint32_t *n,
                                      size_t k, double g_max, float *restrict copy);
 
+/*
+ * A gradient in segments of seg_len floats, as a payload of several frames
+ * arrives (wire.h): element i is seg[i / seg_len][i % seg_len]. seg_len is
+ * a multiple of ZPS_STORE_BLOCK, so that no block spans two segments, or
+ * at least the store's length (one segment: a contiguous gradient).
+ */
+typedef struct zps_grad_segs {
+    const float *const *seg;
+    size_t seg_len;
+} zps_grad_segs_t;
+
+/*
+ * zps_store_check_mean_bounded and zps_store_step_mean_bounded for k
+ * gradients in segments, read where they are (no copy); blk is the
+ * caller's scratch of k pointers. The same arithmetic, bit for bit.
+ */
+int zps_store_check_mean_segs(zps_store_t *s, const zps_grad_segs_t *grads, const uint32_t *n,
+                              size_t k, double g_max, const float **blk, size_t *where);
+uint32_t zps_store_step_mean_segs(zps_store_t *s, const zps_grad_segs_t *grads, const uint32_t *n,
+                                  size_t k, double g_max, const float **blk, float *restrict copy);
+
 #endif

@@ -291,6 +291,77 @@ static void test_time_histogram(void **state)
     assert_int_equal(zps_thist_quantile(&z, 0.5), 7);
 }
 
+/*
+ * Gradients read in segments, as BSP pushes that came in several frames
+ * are: the same step as from contiguous copies, bit for bit, with segments
+ * of two blocks (the last one short) beside contiguous ones in one step;
+ * a non-finite value in a later segment is found in its own block.
+ */
+static void test_segmented_step(void **state)
+{
+    (void)state;
+    enum { LEN = 5 * ZPS_STORE_BLOCK + 77, SEG = 2 * ZPS_STORE_BLOCK, NSEG = 3 };
+    float *init = malloc(LEN * sizeof(float)), *g[2], *copy_a = malloc(LEN * sizeof(float)),
+          *copy_b = malloc(LEN * sizeof(float));
+    float *pieces[NSEG];
+    uint32_t x = 7;
+    for (int j = 0; j < 2; j++)
+        g[j] = malloc(LEN * sizeof(float));
+    for (size_t i = 0; i < LEN; i++) {
+        x = x * 1664525u + 1013904223u;
+        init[i] = (float)(int32_t)x / 2147483648.0f;
+        for (int j = 0; j < 2; j++) {
+            x = x * 1664525u + 1013904223u;
+            g[j][i] = (float)(int32_t)x / 1073741824.0f;
+        }
+    }
+    /* Gradient 0 in segments of its own memory, as frames are. */
+    for (int k = 0; k < NSEG; k++) {
+        size_t lo = (size_t)k * SEG, n = LEN - lo < SEG ? LEN - lo : SEG;
+        pieces[k] = malloc(n * sizeof(float));
+        memcpy(pieces[k], g[0] + lo, n * sizeof(float));
+    }
+    const float *seg0[NSEG] = {pieces[0], pieces[1], pieces[2]};
+    const float *seg1[1] = {g[1]};
+    const zps_grad_segs_t segs[2] = {{seg0, SEG}, {seg1, LEN}};
+    const float *flat[2] = {g[0], g[1]};
+    const float *blk[2];
+    const uint32_t batches[2] = {3, 8};
+    zps_opt_config_t cfg;
+    zps_opt_config_default(&cfg);
+    cfg.kind = ZPS_OPT_ADAM;
+    cfg.lr = 0.01;
+    zps_store_t a, b;
+    zps_store_init(&a);
+    zps_store_init(&b);
+    zps_range_t r = {0, LEN};
+    assert_int_equal(zps_store_set(&a, LEN, r, init, &cfg), 0);
+    assert_int_equal(zps_store_set(&b, LEN, r, init, &cfg), 0);
+    for (int step = 0; step < 3; step++) {
+        assert_int_equal(zps_store_check_mean_segs(&a, segs, batches, 2, INFINITY, blk, NULL), 0);
+        uint32_t ca = zps_store_step_mean_segs(&a, segs, batches, 2, INFINITY, blk, copy_a);
+        assert_int_equal(zps_store_check_mean(&b, flat, batches, 2, NULL), 0);
+        uint32_t cb = zps_store_step_mean(&b, flat, batches, 2, copy_b);
+        assert_int_equal(ca, cb);
+        assert_memory_equal(a.params, b.params, LEN * sizeof(float));
+        assert_memory_equal(copy_a, copy_b, LEN * sizeof(float));
+    }
+    pieces[2][ZPS_STORE_BLOCK + 3] = NAN; /* element 2 * SEG + BLOCK + 3 */
+    size_t where = 0;
+    assert_int_equal(zps_store_check_mean_segs(&a, segs, batches, 2, INFINITY, blk, &where),
+                     ZPS_ENONFINITE);
+    assert_int_equal(where, 2 * SEG + ZPS_STORE_BLOCK);
+    zps_store_fini(&a);
+    zps_store_fini(&b);
+    for (int k = 0; k < NSEG; k++)
+        free(pieces[k]);
+    for (int j = 0; j < 2; j++)
+        free(g[j]);
+    free(init);
+    free(copy_a);
+    free(copy_b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -300,6 +371,7 @@ int main(void)
         cmocka_unit_test(test_value_histogram),
         cmocka_unit_test(test_time_histogram),
         cmocka_unit_test(test_blocked_step),
+        cmocka_unit_test(test_segmented_step),
         cmocka_unit_test(test_refuses_nonfinite_step),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

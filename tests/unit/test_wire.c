@@ -449,11 +449,11 @@ static void send_frames(pair_t *p, const Zps__Header *hdr, const char *payload, 
 
 /*
  * A payload above ZPS_WIRE_FRAME_BYTES goes as frames of exactly that size
- * and a last one with the rest, pointing into the sender's buffer; it comes
- * back whole, verified and scanned (zps_wire_recv, into a buffer from the
- * pool that the next message of its size reuses) or kept as frames and
- * copied out (deferred), float32 and bfloat16 alike. Frames cut any other
- * way are refused.
+ * and a last one with the rest, pointing into the sender's buffer. It is
+ * verified and scanned where the frames are (zps_wire_recv), kept in them
+ * (zps_payload_take) or made one in a pooled buffer (zps_message_flatten;
+ * a bfloat16 one is widened into one on receipt), or copied out checked
+ * (deferred). Frames cut any other way are refused.
  */
 static void test_frames(void **state)
 {
@@ -487,29 +487,69 @@ static void test_frames(void **state)
     assert_int_equal(sizes[3], 4000);
     assert_int_equal(atomic_load(&released), 1); /* once, after every frame was done */
 
-    /* Verified on receipt: whole, scanned, in a pooled buffer. */
+    /* Verified on receipt where the frames are, and scanned; kept as frames
+     * (zps_payload_take), or made one (zps_message_flatten) in a pooled
+     * buffer that the next payload of its size reuses. */
     assert_int_equal(zps_wire_send(p->dealer, NULL, &h, v, FRAMED_N, NULL, NULL, 0), 0);
     zps_message_t m;
     assert_int_equal(zps_wire_recv(p->router, 0, true, &m), 0);
     assert_int_equal(m.hdr.length, FRAMED_N);
+    assert_int_equal(m.nframes, 4);
     assert_true(m.scanned);
     assert_int_equal(m.first_nonfinite, FRAMED_N);
     assert_true(m.abs_max == 1e6f);
+    assert_null(zps_message_floats(&m));
+    assert_true(zps_message_at(&m, FRAMED_N - 7) == -1e6f);
+    assert_true(zps_message_at(&m, ZPS_WIRE_FRAME_BYTES / 4 + 3) ==
+                v[ZPS_WIRE_FRAME_BYTES / 4 + 3]);
+    zps_payload_t kept;
+    assert_int_equal(zps_payload_take(&kept, &m), 0);
+    assert_false(m.has_payload);
+    zps_message_close(&m);
+    assert_int_equal(kept.nseg, 4);
+    assert_int_equal(kept.seg_len, ZPS_WIRE_FRAME_BYTES / 4);
+    for (size_t i = 0; i < FRAMED_N; i += 4099)
+        assert_true(kept.seg[i / kept.seg_len][i % kept.seg_len] == v[i]);
+    zps_payload_t moved;
+    zps_payload_move(&moved, &kept);
+    assert_int_equal(kept.nseg, 0);
+    assert_true(moved.seg[3][FRAMED_N - 7 - 3 * moved.seg_len] == -1e6f);
+    zps_payload_close(&moved);
+    zps_payload_close(&moved); /* twice is harmless */
+
+    assert_int_equal(zps_wire_send(p->dealer, NULL, &h, v, FRAMED_N, NULL, NULL, 0), 0);
+    assert_int_equal(zps_wire_recv(p->router, 0, true, &m), 0);
+    assert_int_equal(zps_message_flatten(&m), 0);
+    assert_null(m.frames);
     assert_memory_equal(zps_message_floats(&m), v, FRAMED_N * sizeof(float));
     const float *where = zps_message_floats(&m);
     assert_int_equal(zps_wire_pool_bytes(), 0);
     zps_message_close(&m);
     assert_int_equal(zps_wire_pool_bytes(), FRAMED_N * sizeof(float));
-    /* The next one of that size reuses the buffer. */
-    v[2 * (ZPS_WIRE_FRAME_BYTES / 4) + 5] = NAN; /* in the third frame */
+    /* The next one of that size reuses the buffer; a NaN in the third
+     * frame is found where it is. */
+    v[2 * (ZPS_WIRE_FRAME_BYTES / 4) + 5] = NAN;
     assert_int_equal(zps_wire_send(p->dealer, NULL, &h, v, FRAMED_N, NULL, NULL, 0), 0);
     assert_int_equal(zps_wire_recv(p->router, 0, true, &m), 0);
-    assert_ptr_equal(zps_message_floats(&m), where);
-    assert_int_equal(zps_wire_pool_bytes(), 0);
     assert_int_equal(m.first_nonfinite, 2 * (ZPS_WIRE_FRAME_BYTES / 4) + 5);
     assert_true(isinf(m.abs_max));
+    assert_int_equal(zps_message_flatten(&m), 0);
+    assert_ptr_equal(zps_message_floats(&m), where);
+    assert_int_equal(zps_wire_pool_bytes(), 0);
     zps_message_close(&m);
     v[2 * (ZPS_WIRE_FRAME_BYTES / 4) + 5] = 1.0f;
+
+    /* One frame: one segment, the payload's length. */
+    assert_int_equal(zps_wire_send(p->dealer, NULL, &h, v, 5, NULL, NULL, 0), 0);
+    assert_int_equal(zps_wire_recv(p->router, 0, true, &m), 0);
+    assert_int_equal(zps_message_flatten(&m), 0); /* nothing to do */
+    assert_int_equal(zps_payload_take(&kept, &m), 0);
+    zps_message_close(&m);
+    zps_payload_move(&moved, &kept);
+    assert_int_equal(moved.nseg, 1);
+    assert_int_equal(moved.seg_len, 5);
+    assert_memory_equal(moved.seg[0], v, 5 * sizeof(float));
+    zps_payload_close(&moved);
 
     /* Deferred: kept as frames, copied out and checked. */
     assert_int_equal(zps_wire_send(p->dealer, NULL, &h, v, FRAMED_N, NULL, NULL, 0), 0);
