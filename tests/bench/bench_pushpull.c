@@ -740,21 +740,6 @@ static result_t model_run(void *(*fn)(void *), model_worker_t *proto, int worker
     return median_of(all, workers * proto->rounds);
 }
 
-/* The peak resident size of a process in kB (VmHWM), or -1. */
-static long peak_rss_kb(pid_t pid)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "r");
-    long kb = -1;
-    while (f && fgets(line, sizeof(line), f))
-        if (sscanf(line, "VmHWM: %ld kB", &kb) == 1)
-            break;
-    if (f)
-        fclose(f);
-    return kb;
-}
-
 /* A JSON number after `key` in text, or -1. */
 static double json_after(const char *text, const char *key)
 {
@@ -840,7 +825,7 @@ static void bench_model(size_t bytes, int shards, int workers, int rounds, raw_s
         zps_client_stats(c, (size_t)k, &json);
         double bound = json_after(json, "\"memory_bound_bytes\":");
         free(json);
-        long peak = peak_rss_kb(srv[k].pid), now = harness_rss_kb(srv[k].pid);
+        long peak = harness_peak_rss_kb(srv[k].pid), now = harness_rss_kb(srv[k].pid);
         printf("%5d | %14.1f | %14.1f | %18.1f | %8.2f\n", k, peak / 1024.0, now / 1024.0,
                bound / 1048576.0, peak * 1024.0 / bound);
     }

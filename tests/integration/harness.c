@@ -295,16 +295,30 @@ bool harness_alive(harness_server_t *s)
     return true;
 }
 
-long harness_rss_kb(pid_t pid)
+/* The kB of a "NAME:  N kB" line of /proc/PID/status (name "VmRSS:"), or -1. */
+static long status_kb(pid_t pid, const char *name)
 {
     char path[64], line[256];
     snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
     FILE *f = fopen(path, "r");
     long kb = -1;
-    while (f && fgets(line, sizeof(line), f))
-        if (sscanf(line, "VmRSS: %ld kB", &kb) == 1)
+    while (f && fgets(line, sizeof(line), f)) {
+        if (strncmp(line, name, strlen(name)) == 0) {
+            kb = strtol(line + strlen(name), NULL, 10);
             break;
+        }
+    }
     if (f)
         fclose(f);
     return kb;
+}
+
+long harness_rss_kb(pid_t pid)
+{
+    return status_kb(pid, "VmRSS:");
+}
+
+long harness_peak_rss_kb(pid_t pid)
+{
+    return status_kb(pid, "VmHWM:");
 }

@@ -54,6 +54,9 @@ pid_t harness_spawn(const char *const *argv, const char *out_path, const char *e
 /* The process's resident set size in kB (VmRSS in /proc/PID/status), or -1. */
 long harness_rss_kb(pid_t pid);
 
+/* Its peak resident set size in kB (VmHWM), or -1. */
+long harness_peak_rss_kb(pid_t pid);
+
 /* Whether ZPS_TEST_SECURE asks for keys. */
 bool harness_secure(void);
 
