@@ -1341,13 +1341,6 @@ static void attach_slices(zps_client_t *c, const float *v, uint64_t n)
     }
 }
 
-/*
- * Computes each shard's payload checksum in the same pass over memory that
- * checks every value is finite, before anything is sent: a value no shard
- * would take is refused here, so no shard takes a part of it. `what` names
- * an element in the message ("gradient element"). Returns 0 or
- * ZPS_ENONFINITE.
- */
 /* Refuses a call whose value `bad` of shard k's slice is not finite (nothing is sent). */
 static int refuse_nonfinite(zps_client_t *c, const conn_t *k, const char *what, size_t bad)
 {
@@ -1356,6 +1349,13 @@ static int refuse_nonfinite(zps_client_t *c, const conn_t *k, const char *what, 
     return ZPS_ENONFINITE;
 }
 
+/*
+ * Computes each shard's payload checksum in the same pass over memory that
+ * checks every value is finite, before anything is sent: a value no shard
+ * would take is refused here, so no shard takes a part of it. `what` names
+ * an element in the message ("gradient element"). Returns 0 or
+ * ZPS_ENONFINITE.
+ */
 static int sum_slices(zps_client_t *c, const char *what)
 {
     for (size_t i = 0; i < c->nconns; i++) {

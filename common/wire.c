@@ -388,64 +388,46 @@ static uint64_t payload_bytes(zps_message_t *msg)
 }
 
 /*
- * A bfloat16 payload of several frames widened into one buffer from the
- * pool, its checksum verified and its values scanned in the same pass over
- * each frame.
+ * Checks a payload of several frames: its checksum and a scan of its
+ * values, in one pass over each frame. A float32 one stays where the
+ * frames are; a bfloat16 one is widened, in that pass, into one buffer
+ * from the pool, which replaces the frames.
  */
-static int widen_frames(zps_message_t *msg)
+static int check_frames(zps_message_t *msg)
 {
     size_t n = (size_t)msg->hdr.length;
-    float *dst = pool_get(n * sizeof(float));
-    if (!dst)
+    float *wide = NULL;
+    if (msg->narrow && !(wide = pool_get(n * sizeof(float))))
         return ZPS_ENOMEM;
     uint32_t crc = 0;
     size_t at = 0, bad = n;
     float mx = 0;
     for (size_t i = 0; i < msg->nframes; i++) {
-        size_t k = zmq_msg_size(&msg->frames[i]) / sizeof(uint16_t);
+        const void *src = zmq_msg_data(&msg->frames[i]);
+        size_t k = zmq_msg_size(&msg->frames[i]) / zps_wire_elem_bytes(&msg->hdr);
         size_t fbad;
         float fmx;
-        crc = zps_bf16_widen_scan(dst + at, zmq_msg_data(&msg->frames[i]), k, &fbad, &fmx, crc);
+        crc = wide ? zps_bf16_widen_scan(wide + at, src, k, &fbad, &fmx, crc)
+                   : scan_max(crc, NULL, src, k, &fbad, &fmx);
         if (bad == n && fbad < k)
             bad = at + fbad;
         mx = fmx > mx ? fmx : mx;
         at += k;
     }
     if (crc != msg->hdr.checksum) {
-        pool_put(dst, NULL);
+        if (wide)
+            pool_put(wide, NULL);
         return ZPS_ECHECKSUM;
     }
-    close_frames(msg);
-    if (zmq_msg_init_data(&msg->payload, dst, n * sizeof(float), pool_put, NULL) != 0) {
-        pool_put(dst, NULL);
-        msg->has_payload = false;
-        return ZPS_ENOMEM;
+    if (wide) {
+        close_frames(msg);
+        if (zmq_msg_init_data(&msg->payload, wide, n * sizeof(float), pool_put, NULL) != 0) {
+            pool_put(wide, NULL);
+            msg->has_payload = false;
+            return ZPS_ENOMEM;
+        }
+        msg->narrow = false;
     }
-    msg->narrow = false;
-    msg->scanned = true;
-    msg->first_nonfinite = bad;
-    msg->abs_max = mx;
-    return 0;
-}
-
-/* A float32 payload of several frames: checksum and scan where it is. */
-static int scan_frames(zps_message_t *msg)
-{
-    uint32_t crc = 0;
-    size_t at = 0, bad = (size_t)msg->hdr.length;
-    float mx = 0;
-    for (size_t i = 0; i < msg->nframes; i++) {
-        size_t k = zmq_msg_size(&msg->frames[i]) / sizeof(float);
-        size_t fbad;
-        float fmx;
-        crc = scan_max(crc, NULL, zmq_msg_data(&msg->frames[i]), k, &fbad, &fmx);
-        if (bad == msg->hdr.length && fbad < k)
-            bad = at + fbad;
-        mx = fmx > mx ? fmx : mx;
-        at += k;
-    }
-    if (crc != msg->hdr.checksum)
-        return ZPS_ECHECKSUM;
     msg->scanned = true;
     msg->first_nonfinite = bad;
     msg->abs_max = mx;
@@ -623,9 +605,7 @@ static int judge(zps_message_t *msg, bool verify)
             return ZPS_ELENGTH;
         if (msg->frames) {
             msg->narrow = elem != sizeof(float);
-            if (!verify)
-                return 0;
-            return msg->narrow ? widen_frames(msg) : scan_frames(msg);
+            return verify ? check_frames(msg) : 0;
         }
         if (elem != sizeof(float)) {
             msg->narrow = true;

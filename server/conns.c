@@ -324,7 +324,7 @@ bool zps_conns_knows(const zps_conns_t *c, int fd)
 
 void zps_conns_took(zps_conns_t *c, int fd, uint64_t wire_bytes)
 {
-    if (fd >= 0 && (size_t)fd < c->cap && c->by_fd[fd].open)
+    if (zps_conns_knows(c, fd))
         c->by_fd[fd].taken += wire_bytes;
 }
 

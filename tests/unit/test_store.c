@@ -80,6 +80,23 @@ static void test_store_set(void **state)
 }
 
 /*
+ * Deterministic values: init[len] in [-1, 1), and g[j][len] for j < k in
+ * [-2, 2), drawn in turn from one LCG seeded with `seed`.
+ */
+static void fill_values(uint32_t seed, float *init, float **g, int k, size_t len)
+{
+    uint32_t x = seed;
+    for (size_t i = 0; i < len; i++) {
+        x = x * 1664525u + 1013904223u;
+        init[i] = (float)(int32_t)x / 2147483648.0f;
+        for (int j = 0; j < k; j++) {
+            x = x * 1664525u + 1013904223u;
+            g[j][i] = (float)(int32_t)x / 1073741824.0f;
+        }
+    }
+}
+
+/*
  * The blocked BSP step equals the mean, then the optimizer step, bit for bit,
  * for every optimizer, for lengths around the block size, over several steps
  * (so the schedule and Adam's bias corrections advance the same way), and its
@@ -96,17 +113,9 @@ static void test_blocked_step(void **state)
     size_t max = lens[sizeof(lens) / sizeof(lens[0]) - 1];
     float *init = malloc(max * sizeof(float));
     float *g[3], *mean = malloc(max * sizeof(float)), *copy = malloc(max * sizeof(float));
-    uint32_t x = 99;
     for (int j = 0; j < 3; j++)
         g[j] = malloc(max * sizeof(float));
-    for (size_t i = 0; i < max; i++) {
-        x = x * 1664525u + 1013904223u;
-        init[i] = (float)(int32_t)x / 2147483648.0f;
-        for (int j = 0; j < 3; j++) {
-            x = x * 1664525u + 1013904223u;
-            g[j][i] = (float)(int32_t)x / 1073741824.0f;
-        }
-    }
+    fill_values(99, init, g, 3, max);
     for (size_t a = 0; a < sizeof(kinds) / sizeof(kinds[0]); a++) {
         for (size_t b = 0; b < sizeof(lens) / sizeof(lens[0]); b++) {
             size_t len = lens[b];
@@ -304,17 +313,9 @@ static void test_segmented_step(void **state)
     float *init = malloc(LEN * sizeof(float)), *g[2], *copy_a = malloc(LEN * sizeof(float)),
           *copy_b = malloc(LEN * sizeof(float));
     float *pieces[NSEG];
-    uint32_t x = 7;
     for (int j = 0; j < 2; j++)
         g[j] = malloc(LEN * sizeof(float));
-    for (size_t i = 0; i < LEN; i++) {
-        x = x * 1664525u + 1013904223u;
-        init[i] = (float)(int32_t)x / 2147483648.0f;
-        for (int j = 0; j < 2; j++) {
-            x = x * 1664525u + 1013904223u;
-            g[j][i] = (float)(int32_t)x / 1073741824.0f;
-        }
-    }
+    fill_values(7, init, g, 2, LEN);
     /* Gradient 0 in segments of its own memory, as frames are. */
     for (int k = 0; k < NSEG; k++) {
         size_t lo = (size_t)k * SEG, n = LEN - lo < SEG ? LEN - lo : SEG;
