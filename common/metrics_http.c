@@ -46,7 +46,7 @@ struct zps_metrics_http {
     char address[96];
     uv_mutex_t lock;
     snapshot_t *latest; /* under lock */
-    int conns;          /* loop thread */
+    int conns;          /* open, not closing; loop thread */
     atomic_ullong served, refused, dropped;
 };
 
@@ -100,7 +100,6 @@ static void on_conn_closed(uv_handle_t *handle)
     conn_t *c = handle->data;
     if (--c->open_handles > 0)
         return;
-    c->h->conns--;
     snapshot_release(c->snap);
     free(c);
 }
@@ -111,6 +110,10 @@ static void conn_close(conn_t *c)
         return;
     if (!c->answered)
         atomic_fetch_add(&c->h->dropped, 1);
+    /* The slot is free from here on: the socket is closed now, and a client
+     * that saw it close and connects again may be accepted in this same loop
+     * iteration, before the close callbacks run. */
+    c->h->conns--;
     uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
     uv_close((uv_handle_t *)&c->timer, on_conn_closed);
 }
