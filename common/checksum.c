@@ -28,6 +28,8 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "pool.h"
+
 #define POLY 0x82f63b78u /* CRC32C, bit-reflected */
 
 static uint32_t table[8][256];
@@ -279,17 +281,79 @@ uint32_t zps_crc32c(uint32_t crc, const void *buf, size_t len)
     return ~sw_update(~crc, buf, len);
 }
 
-uint32_t zps_crc32c_copy(uint32_t crc, void *dst, const void *src, size_t len)
+static uint32_t copy_run(uint32_t crc, unsigned char *d, const unsigned char *p, size_t len)
 {
     enum { BLOCK = 32768 };
-    unsigned char *d = dst;
-    const unsigned char *p = src;
     for (size_t i = 0; i < len; i += BLOCK) {
         size_t n = len - i < BLOCK ? len - i : BLOCK;
         memcpy(d + i, p + i, n);
         crc = zps_crc32c(crc, d + i, n);
     }
     return crc;
+}
+
+/* A long copy in chunks on the process's helper threads (pool.h). */
+typedef struct copy_job {
+    unsigned char *d;
+    const unsigned char *p;
+    size_t len, chunk;
+    uint32_t crc[ZPS_POOL_CHUNKS_MAX];
+} copy_job_t;
+
+static void copy_chunk(void *arg, size_t i, unsigned lane)
+{
+    (void)lane;
+    copy_job_t *j = arg;
+    size_t lo = i * j->chunk, n = j->len - lo < j->chunk ? j->len - lo : j->chunk;
+    j->crc[i] = copy_run(0, j->d + lo, j->p + lo, n);
+}
+
+uint32_t zps_crc32c_copy(uint32_t crc, void *dst, const void *src, size_t len)
+{
+    if (len < 2 * ZPS_POOL_CHUNK_MIN) /* one chunk */
+        return copy_run(crc, dst, src, len);
+    copy_job_t j = {.d = dst, .p = src, .len = len, .chunk = zps_pool_chunk(len, 64)};
+    size_t chunks = zps_pool_chunks(len, j.chunk);
+    zps_pool_run(chunks, copy_chunk, &j);
+    for (size_t i = 0; i < chunks; i++) {
+        size_t n = len - i * j.chunk < j.chunk ? len - i * j.chunk : j.chunk;
+        crc = zps_crc32c_combine(crc, j.crc[i], n);
+    }
+    return crc;
+}
+
+/*
+ * a(x) b(x) mod P, bit-reflected: bit 31 holds the coefficient of x^0, bit 0
+ * that of x^31.
+ */
+static uint32_t gf2_mulmod(uint32_t a, uint32_t b)
+{
+    uint32_t p = 0;
+    for (int i = 0; i < 32; i++) {
+        if (a & 0x80000000u)
+            p ^= b;
+        a <<= 1;
+        b = (b & 1) ? (b >> 1) ^ POLY : b >> 1; /* b x mod P */
+    }
+    return p;
+}
+
+/*
+ * With the pre- and post-inversion, crc(a b) = shift(crc(a), |b|) ^ crc(b)
+ * (the two inversions of b's own CRC cancel those the shift moves), and a
+ * shift over n bytes multiplies the register by x^(8n) mod P, a power found
+ * by squaring.
+ */
+uint32_t zps_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b)
+{
+    uint32_t pow = 0x00800000u;   /* x^8 */
+    uint32_t shift = 0x80000000u; /* x^0 */
+    for (uint64_t n = len_b; n; n >>= 1) {
+        if (n & 1)
+            shift = gf2_mulmod(shift, pow);
+        pow = gf2_mulmod(pow, pow);
+    }
+    return gf2_mulmod(crc_a, shift) ^ crc_b;
 }
 
 const char *zps_crc32c_kernel(void)

@@ -27,9 +27,18 @@ uint32_t zps_crc32c(uint32_t crc, const void *buf, size_t len);
 /*
  * Copies len bytes from src to dst and returns their CRC32C continuing from
  * crc, in one pass over memory: each block is checksummed right after it is
- * copied, while it is in cache. src and dst must not overlap.
+ * copied, while it is in cache. src and dst must not overlap. From 2 MiB the
+ * copy is cut into chunks for the process's helper threads (pool.h), their
+ * CRCs joined (zps_crc32c_combine).
  */
 uint32_t zps_crc32c_copy(uint32_t crc, void *dst, const void *src, size_t len);
+
+/*
+ * The CRC32C of a followed by b, from crc_a = zps_crc32c(0, a, ...), crc_b =
+ * zps_crc32c(0, b, len_b) and b's length: pieces checksummed apart, on
+ * different threads, are joined without reading them again.
+ */
+uint32_t zps_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
 
 /* The portable table implementation, exposed so tests can compare the two. */
 uint32_t zps_crc32c_sw(uint32_t crc, const void *buf, size_t len);

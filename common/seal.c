@@ -4,13 +4,12 @@
 #include "seal.h"
 
 #include <pthread.h>
-#include <signal.h>
 #include <sodium.h>
 #include <stdatomic.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "error.h"
+#include "pool.h"
 
 static const unsigned char MAGIC[4] = {'z', 'p', 's', 'S'};
 
@@ -142,7 +141,7 @@ static bool decrypt(const zps_seal_t *s, unsigned char *buf, size_t n,
 
 /* ---- the payload's chunks, on several threads ---- */
 
-/* One payload to seal or open: chunks are taken in turn by whoever runs. */
+/* One payload to seal or open, in chunks of ZPS_SEAL_CHUNK_BYTES. */
 typedef struct job {
     const zps_seal_t *s;
     bool open;
@@ -154,115 +153,31 @@ typedef struct job {
     size_t len, chunks;
     unsigned char *tags;          /* seal: written */
     const unsigned char *tags_in; /* open: read */
-    atomic_size_t next;
     atomic_bool bad;
 } job_t;
 
-static void run_chunks(job_t *j)
+static void run_chunk(void *arg, size_t i, unsigned lane)
 {
-    for (;;) {
-        size_t i = atomic_fetch_add(&j->next, 1);
-        if (i >= j->chunks)
-            return;
-        size_t off = i * ZPS_SEAL_CHUNK_BYTES;
-        size_t n = j->len - off < ZPS_SEAL_CHUNK_BYTES ? j->len - off : ZPS_SEAL_CHUNK_BYTES;
-        unsigned char nonce[24];
-        nonce_for(nonce, j->dir, i + 1, j->counter);
-        if (j->open) {
-            if (!decrypt(j->s, j->dst + off, n, j->tags_in + i * ZPS_SEAL_TAG_BYTES, j->ad, nonce))
-                atomic_store(&j->bad, true);
-        } else {
-            encrypt(j->s, j->dst + off, j->src + off, n, j->tags + i * ZPS_SEAL_TAG_BYTES, j->ad,
-                    nonce);
-        }
+    (void)lane;
+    job_t *j = arg;
+    size_t off = i * ZPS_SEAL_CHUNK_BYTES;
+    size_t n = j->len - off < ZPS_SEAL_CHUNK_BYTES ? j->len - off : ZPS_SEAL_CHUNK_BYTES;
+    unsigned char nonce[24];
+    nonce_for(nonce, j->dir, i + 1, j->counter);
+    if (j->open) {
+        if (!decrypt(j->s, j->dst + off, n, j->tags_in + i * ZPS_SEAL_TAG_BYTES, j->ad, nonce))
+            atomic_store(&j->bad, true);
+    } else {
+        encrypt(j->s, j->dst + off, j->src + off, n, j->tags + i * ZPS_SEAL_TAG_BYTES, j->ad,
+                nonce);
     }
 }
 
-/* Helper threads, started at the first payload of several chunks. One job
- * at a time: a caller that finds the pool busy does its job alone. */
-static struct {
-    pthread_once_t once;
-    pthread_mutex_t busy; /* held by the caller whose job the pool runs */
-    pthread_mutex_t mu;
-    pthread_cond_t go, done;
-    unsigned threads;    /* helpers running */
-    uint64_t generation; /* one per job */
-    job_t *job;
-    unsigned working; /* helpers still on the current job */
-} pool = {PTHREAD_ONCE_INIT,
-          PTHREAD_MUTEX_INITIALIZER,
-          PTHREAD_MUTEX_INITIALIZER,
-          PTHREAD_COND_INITIALIZER,
-          PTHREAD_COND_INITIALIZER,
-          0,
-          0,
-          NULL,
-          0};
-
-static void *helper_main(void *arg)
-{
-    (void)arg;
-    uint64_t seen = 0;
-    pthread_mutex_lock(&pool.mu);
-    for (;;) {
-        while (pool.generation == seen)
-            pthread_cond_wait(&pool.go, &pool.mu);
-        seen = pool.generation;
-        job_t *j = pool.job;
-        pthread_mutex_unlock(&pool.mu);
-        run_chunks(j);
-        pthread_mutex_lock(&pool.mu);
-        if (--pool.working == 0)
-            pthread_cond_signal(&pool.done);
-    }
-    return NULL;
-}
-
-static void pool_start(void)
-{
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    unsigned want = cpus > 8 ? 7 : cpus > 1 ? (unsigned)cpus - 1 : 0;
-    for (unsigned i = 0; i < want; i++) {
-        pthread_t t;
-        pthread_attr_t attr;
-        pthread_attr_init(&attr);
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        /* Helpers take no signal: the process's handlers stay its own threads'. */
-        sigset_t all, old;
-        sigfillset(&all);
-        pthread_sigmask(SIG_SETMASK, &all, &old);
-        int rc = pthread_create(&t, &attr, helper_main, NULL);
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
-        pthread_attr_destroy(&attr);
-        if (rc != 0)
-            break;
-        pool.threads++;
-    }
-}
-
-/* Runs every chunk of j, on the pool's helpers too when it is free. */
+/* Runs every chunk of j, on the process's helper threads too (pool.h). */
 static void run_job(job_t *j)
 {
-    atomic_init(&j->next, 0);
     atomic_init(&j->bad, false);
-    if (j->chunks < 2 || (pthread_once(&pool.once, pool_start), pool.threads == 0) ||
-        pthread_mutex_trylock(&pool.busy) != 0) {
-        run_chunks(j);
-        return;
-    }
-    pthread_mutex_lock(&pool.mu);
-    pool.job = j;
-    pool.working = pool.threads;
-    pool.generation++;
-    pthread_cond_broadcast(&pool.go);
-    pthread_mutex_unlock(&pool.mu);
-    run_chunks(j);
-    pthread_mutex_lock(&pool.mu);
-    while (pool.working > 0)
-        pthread_cond_wait(&pool.done, &pool.mu);
-    pool.job = NULL;
-    pthread_mutex_unlock(&pool.mu);
-    pthread_mutex_unlock(&pool.busy);
+    zps_pool_run(j->chunks, run_chunk, j);
 }
 
 size_t zps_seal_chunks(bool has_payload, size_t len)

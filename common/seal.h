@@ -40,8 +40,8 @@
  * another message, position, direction or session, a message cut short or
  * grown fails (the chunk count is covered), and a recorded message is
  * refused when it comes again (docs/security.md, Sealed sessions). Chunks
- * are sealed and opened on several threads at once (a pool of at most 8,
- * no more than the CPUs): one AEAD stream runs at 1-2 GB/s on one core.
+ * are sealed and opened on several threads at once (the process's pool,
+ * pool.h): one AEAD stream runs at 1-2 GB/s on one core.
  *
  * The cipher is AES-256-GCM where the CPU has AES-NI (and the client says
  * it can), XChaCha20-Poly1305 otherwise. No cryptography is written here:

@@ -1,7 +1,7 @@
 /*
  * test_checksum.c - CRC32C against published check values, the fast paths
- * (crc32 instruction, carry-less folding) against the table path, and
- * chaining.
+ * (crc32 instruction, carry-less folding) against the table path,
+ * chaining, and joining pieces checksummed apart.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -98,13 +98,52 @@ static void test_chaining(void **state)
         assert_int_equal(zps_crc32c(zps_crc32c(0, text, cut), text + cut, n - cut), whole);
 }
 
+/* Pieces checksummed apart and joined equal the whole, for the table
+ * path's CRC of the whole (independent of the fast paths), at every cut of
+ * a short text and at cuts of a buffer of a few MiB. */
+static void test_combine(void **state)
+{
+    (void)state;
+    const char *text = "the quick brown fox jumps over the lazy dog, again and again";
+    size_t n = strlen(text);
+    uint32_t whole = zps_crc32c_sw(0, text, n);
+    for (size_t cut = 0; cut <= n; cut++)
+        assert_int_equal(zps_crc32c_combine(zps_crc32c(0, text, cut),
+                                            zps_crc32c(0, text + cut, n - cut), n - cut),
+                         whole);
+    size_t big = (3u << 20) + 12345;
+    unsigned char *buf = random_bytes(big, 7);
+    whole = zps_crc32c_sw(0, buf, big);
+    const size_t cuts[] = {0, 1, 4096, 1u << 20, (2u << 20) + 3, big - 1, big};
+    for (size_t i = 0; i < sizeof(cuts) / sizeof(cuts[0]); i++) {
+        size_t c = cuts[i];
+        assert_int_equal(
+            zps_crc32c_combine(zps_crc32c(0, buf, c), zps_crc32c(0, buf + c, big - c), big - c),
+            whole);
+    }
+    /* Three pieces, joined left to right. */
+    uint32_t crc = zps_crc32c(0, buf, 1000);
+    crc = zps_crc32c_combine(crc, zps_crc32c(0, buf + 1000, 1u << 20), 1u << 20);
+    crc = zps_crc32c_combine(crc, zps_crc32c(0, buf + 1000 + (1u << 20), big - 1000 - (1u << 20)),
+                             big - 1000 - (1u << 20));
+    assert_int_equal(crc, whole);
+    /* A copy long enough to be cut into chunks for the helper threads:
+     * the same bytes, and the CRC continued from a prefix's. */
+    unsigned char *dst = malloc(big);
+    assert_non_null(dst);
+    uint32_t prefix = zps_crc32c_sw(0, "prefix", 6);
+    assert_int_equal(zps_crc32c_copy(prefix, dst, buf, big), zps_crc32c_sw(prefix, buf, big));
+    assert_memory_equal(dst, buf, big);
+    free(dst);
+    free(buf);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_check_value),
-        cmocka_unit_test(test_hw_matches_sw),
-        cmocka_unit_test(test_fold_matches_sw),
-        cmocka_unit_test(test_chaining),
+        cmocka_unit_test(test_check_value),     cmocka_unit_test(test_hw_matches_sw),
+        cmocka_unit_test(test_fold_matches_sw), cmocka_unit_test(test_chaining),
+        cmocka_unit_test(test_combine),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
