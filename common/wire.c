@@ -14,6 +14,7 @@
 #include "bf16.h"
 #include "checksum.h"
 #include "error.h"
+#include "pool.h"
 #include "seal.h"
 #include "simd.h"
 #include "zps.pb-c.h"
@@ -273,8 +274,29 @@ static int decode_header(zps_message_t *msg, const void *data, size_t len)
 }
 
 static int judge(zps_message_t *msg, bool verify);
-static uint32_t scan_max(uint32_t crc, float *dst, const float *src, size_t count,
-                         size_t *first_bad, float *abs_max);
+static uint32_t scan_max_run(uint32_t crc, float *dst, const float *src, size_t count,
+                             size_t *first_bad, float *abs_max);
+
+/* Partial results of a pass over pieces, joined in order. */
+typedef struct scan_part {
+    uint32_t crc; /* of the piece, from 0 */
+    size_t bytes; /* the bytes it checksummed */
+    size_t bad;   /* its first value not finite, as an index of the whole; SIZE_MAX: none */
+    float mx;
+} scan_part_t;
+
+static void join_parts(const scan_part_t *part, size_t n, uint32_t *crc, size_t *first_bad,
+                       size_t none, float *abs_max)
+{
+    *first_bad = none;
+    *abs_max = 0;
+    for (size_t i = 0; i < n; i++) {
+        *crc = zps_crc32c_combine(*crc, part[i].crc, part[i].bytes);
+        if (*first_bad == none && part[i].bad != SIZE_MAX)
+            *first_bad = part[i].bad;
+        *abs_max = part[i].mx > *abs_max ? part[i].mx : *abs_max;
+    }
+}
 
 /* Receives a routing id frame into msg->peer, then the next frame into
  * `frame` with what ZeroMQ says of its connection (descriptor, User-Id). */
@@ -393,27 +415,55 @@ static uint64_t payload_bytes(zps_message_t *msg)
  * frames are; a bfloat16 one is widened, in that pass, into one buffer
  * from the pool, which replaces the frames.
  */
+/* The frames of a payload checked in groups, on the process's helper threads (pool.h). */
+typedef struct frames_job {
+    const zps_message_t *msg;
+    float *wide;
+    size_t per; /* frames per group */
+    scan_part_t part[ZPS_POOL_CHUNKS_MAX];
+} frames_job_t;
+
+static void frames_chunk(void *arg, size_t g, unsigned lane)
+{
+    (void)lane;
+    frames_job_t *j = arg;
+    const zps_message_t *msg = j->msg;
+    size_t elem = zps_wire_elem_bytes(&msg->hdr);
+    size_t first = g * j->per, end = first + j->per < msg->nframes ? first + j->per : msg->nframes;
+    /* Every frame but the last is whole (recv_frames). */
+    size_t at = first * (ZPS_WIRE_FRAME_BYTES / elem);
+    scan_part_t *pt = &j->part[g];
+    *pt = (scan_part_t){.bad = SIZE_MAX};
+    for (size_t i = first; i < end; i++) {
+        const void *src = zmq_msg_data((zmq_msg_t *)&msg->frames[i]);
+        size_t bytes = zmq_msg_size((zmq_msg_t *)&msg->frames[i]), k = bytes / elem;
+        size_t fbad;
+        float fmx;
+        pt->crc = j->wide ? zps_bf16_widen_scan(j->wide + at, src, k, &fbad, &fmx, pt->crc)
+                          : scan_max_run(pt->crc, NULL, src, k, &fbad, &fmx);
+        if (pt->bad == SIZE_MAX && fbad < k)
+            pt->bad = at + fbad;
+        pt->mx = fmx > pt->mx ? fmx : pt->mx;
+        pt->bytes += bytes;
+        at += k;
+    }
+}
+
 static int check_frames(zps_message_t *msg)
 {
     size_t n = (size_t)msg->hdr.length;
     float *wide = NULL;
     if (msg->narrow && !(wide = pool_get(n * sizeof(float))))
         return ZPS_ENOMEM;
+    frames_job_t j = {.msg = msg, .wide = wide};
+    /* A frame is ZPS_POOL_CHUNK_MIN: groups of whole frames, at most ZPS_POOL_CHUNKS_MAX. */
+    j.per = (msg->nframes + ZPS_POOL_CHUNKS_MAX - 1) / ZPS_POOL_CHUNKS_MAX;
+    size_t chunks = zps_pool_chunks(msg->nframes, j.per);
+    zps_pool_run(chunks, frames_chunk, &j);
     uint32_t crc = 0;
-    size_t at = 0, bad = n;
-    float mx = 0;
-    for (size_t i = 0; i < msg->nframes; i++) {
-        const void *src = zmq_msg_data(&msg->frames[i]);
-        size_t k = zmq_msg_size(&msg->frames[i]) / zps_wire_elem_bytes(&msg->hdr);
-        size_t fbad;
-        float fmx;
-        crc = wide ? zps_bf16_widen_scan(wide + at, src, k, &fbad, &fmx, crc)
-                   : scan_max(crc, NULL, src, k, &fbad, &fmx);
-        if (bad == n && fbad < k)
-            bad = at + fbad;
-        mx = fmx > mx ? fmx : mx;
-        at += k;
-    }
+    size_t bad;
+    float mx;
+    join_parts(j.part, chunks, &crc, &bad, n, &mx);
     if (crc != msg->hdr.checksum) {
         if (wide)
             pool_put(wide, NULL);
@@ -823,17 +873,8 @@ int zps_wire_send_summed(void *sock, const zps_peer_t *peer, zps_header_t *hdr, 
 
 uint32_t zps_crc_scan(const float *v, size_t count, size_t *first_bad)
 {
-    enum { BLOCK = 8192 };
-    uint32_t crc = 0;
-    *first_bad = count;
-    for (size_t i = 0; i < count; i += BLOCK) {
-        size_t n = count - i < BLOCK ? count - i : BLOCK;
-        crc = zps_crc32c(crc, v + i, n * sizeof(float));
-        size_t bad;
-        if (*first_bad == count && !zps_all_finite(v + i, n, &bad))
-            *first_bad = i + bad;
-    }
-    return crc;
+    float mx;
+    return zps_crc_scan_max(v, count, first_bad, &mx);
 }
 
 /*
@@ -860,8 +901,8 @@ ZPS_CLONES_AVX512 static uint32_t abs_max_bits(const float *v, size_t count)
  * and scanned while it is in cache), one block at a time; the CRC32C
  * continues from `crc`.
  */
-static uint32_t scan_max(uint32_t crc, float *dst, const float *src, size_t count,
-                         size_t *first_bad, float *abs_max)
+static uint32_t scan_max_run(uint32_t crc, float *dst, const float *src, size_t count,
+                             size_t *first_bad, float *abs_max)
 {
     enum { BLOCK = 8192 };
     uint32_t mx = 0;
@@ -887,6 +928,39 @@ static uint32_t scan_max(uint32_t crc, float *dst, const float *src, size_t coun
     } else {
         memcpy(abs_max, &mx, sizeof(*abs_max));
     }
+    return crc;
+}
+
+/* A long scan in chunks on the process's helper threads (pool.h). */
+typedef struct scan_job {
+    float *dst;
+    const float *src;
+    size_t count, chunk; /* in values */
+    scan_part_t part[ZPS_POOL_CHUNKS_MAX];
+} scan_job_t;
+
+static void scan_chunk(void *arg, size_t i, unsigned lane)
+{
+    (void)lane;
+    scan_job_t *j = arg;
+    size_t lo = i * j->chunk, n = j->count - lo < j->chunk ? j->count - lo : j->chunk;
+    scan_part_t *pt = &j->part[i];
+    size_t bad;
+    pt->crc = scan_max_run(0, j->dst ? j->dst + lo : NULL, j->src + lo, n, &bad, &pt->mx);
+    pt->bytes = n * sizeof(float);
+    pt->bad = bad < n ? lo + bad : SIZE_MAX;
+}
+
+static uint32_t scan_max(uint32_t crc, float *dst, const float *src, size_t count,
+                         size_t *first_bad, float *abs_max)
+{
+    if (count * sizeof(float) < 2 * ZPS_POOL_CHUNK_MIN) /* one chunk */
+        return scan_max_run(crc, dst, src, count, first_bad, abs_max);
+    scan_job_t j = {.dst = dst, .src = src, .count = count};
+    j.chunk = zps_pool_chunk(count * sizeof(float), 64) / sizeof(float);
+    size_t chunks = zps_pool_chunks(count, j.chunk);
+    zps_pool_run(chunks, scan_chunk, &j);
+    join_parts(j.part, chunks, &crc, first_bad, count, abs_max);
     return crc;
 }
 

@@ -375,6 +375,9 @@ bool zps_all_finite(const float *v, size_t count, size_t *first_bad);
  * The CRC32C of v[count]'s bytes, and in *first_bad the index of the first
  * non-finite value (count when there is none), in one pass over memory: each
  * block is scanned right after it is checksummed, while it is in cache.
+ * From 2 MiB the pass is cut into chunks for the process's helper threads
+ * (pool.h), as are zps_crc_scan_max's, zps_crc_copy_scan_max's and a
+ * received payload's frames.
  */
 uint32_t zps_crc_scan(const float *v, size_t count, size_t *first_bad);
 

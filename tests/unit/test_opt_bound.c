@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "checksum.h"
 #include "error.h"
 #include "mean.h"
 #include "optimizer.h"
@@ -383,6 +384,33 @@ static void test_scan_max(void **state)
     assert_true(mx == 0.0f);
     assert_true(zps_abs_max(v, 12346) == 7.25f);
     free(v);
+
+    /* Long enough to be cut into chunks for the helper threads: the CRC is
+     * the table path's over the whole, the first bad value the first one
+     * though a later chunk has one too, the copy the same bytes. */
+    enum { LONG = (3 << 20) / 4 + 12345 };
+    v = malloc(LONG * sizeof(float));
+    float *copy = malloc(LONG * sizeof(float));
+    assert_non_null(v);
+    assert_non_null(copy);
+    fill(v, LONG, 1.0);
+    v[LONG - 5] = 9.5f;
+    uint32_t whole = zps_crc32c_sw(0, v, LONG * sizeof(float));
+    assert_int_equal(zps_crc_scan_max(v, LONG, &bad, &mx), whole);
+    assert_int_equal(bad, LONG);
+    assert_true(mx == 9.5f);
+    assert_int_equal(zps_crc_copy_scan_max(copy, v, LONG, &bad, &mx), whole);
+    assert_memory_equal(copy, v, LONG * sizeof(float));
+    v[LONG - 3] = NAN;
+    v[(1 << 20) / 4 + 77] = INFINITY;
+    whole = zps_crc32c_sw(0, v, LONG * sizeof(float));
+    assert_int_equal(zps_crc_scan(v, LONG, &bad), whole);
+    assert_int_equal(bad, (1 << 20) / 4 + 77);
+    assert_int_equal(zps_crc_copy_scan_max(copy, v, LONG, &bad2, &mx), whole);
+    assert_int_equal(bad2, bad);
+    assert_true(isinf(mx));
+    free(v);
+    free(copy);
 }
 
 int main(void)
