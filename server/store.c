@@ -10,6 +10,7 @@
 #include "checksum.h"
 #include "error.h"
 #include "mean.h"
+#include "pool.h"
 
 void zps_store_init(zps_store_t *s)
 {
@@ -20,6 +21,8 @@ void zps_store_fini(zps_store_t *s)
 {
     free(s->params);
     free(s->scratch);
+    free(s->lane_scratch);
+    free(s->lane_blk);
     zps_optimizer_free(s->opt);
     zps_store_init(s);
 }
@@ -98,6 +101,32 @@ static double mean_max(const uint32_t *n, size_t k, double g_max)
     return zps_mean_bound(n, k, g_max, &m) ? m : INFINITY;
 }
 
+/*
+ * A step's pass cut into chunks for the process's helper threads (pool.h),
+ * of whole blocks. Every element's arithmetic is the same whichever thread
+ * does it, so the result is the same bit for bit.
+ */
+static size_t chunk_len(size_t len)
+{
+    return zps_pool_chunk(len * sizeof(float), ZPS_STORE_BLOCK * sizeof(float)) / sizeof(float);
+}
+
+typedef struct apply_job {
+    zps_store_t *s;
+    const zps_opt_step_t *st;
+    const float *grad;
+    size_t chunk;
+} apply_job_t;
+
+static void apply_chunk(void *arg, size_t i, unsigned lane)
+{
+    (void)lane;
+    apply_job_t *j = arg;
+    size_t lo = i * j->chunk;
+    size_t len = j->s->len - lo < j->chunk ? j->s->len - lo : j->chunk;
+    zps_optimizer_apply(j->s->opt, j->st, lo, len, j->s->params + lo, j->grad + lo);
+}
+
 int zps_store_apply(zps_store_t *s, const float *grad, double lr_scale, size_t *where)
 {
     return zps_store_apply_bounded(s, grad, INFINITY, lr_scale, where);
@@ -121,7 +150,8 @@ int zps_store_apply_bounded(zps_store_t *s, const float *grad, double g_max, dou
             return ZPS_ENONFINITE;
         }
     }
-    zps_optimizer_apply(s->opt, &st, 0, s->len, s->params, grad);
+    apply_job_t j = {.s = s, .st = &st, .grad = grad, .chunk = chunk_len(s->len)};
+    zps_pool_run(zps_pool_chunks(s->len, j.chunk), apply_chunk, &j);
     zps_optimizer_end(s->opt);
     step_taken(s, proven, &next);
     return 0;
@@ -185,24 +215,99 @@ static int check_mean_bounded(zps_store_t *s, const grads_in_t *g, const uint32_
     return check_mean(s, g, n, k, where);
 }
 
+/* One BSP step over its chunks: each lane has its own scratch. */
+typedef struct step_job {
+    zps_store_t *s;
+    const grads_in_t *g;
+    const uint32_t *n;
+    size_t k;
+    float denom;
+    const zps_opt_step_t *st;
+    float *copy;
+    size_t chunk;
+    uint32_t crc[ZPS_POOL_CHUNKS_MAX]; /* of each chunk's copy, from 0 */
+} step_job_t;
+
+static void step_chunk(void *arg, size_t i, unsigned lane)
+{
+    step_job_t *j = arg;
+    zps_store_t *s = j->s;
+    /* Lane 0 (the caller) has the store's scratch and the caller's
+     * pointers; a helper has its own of both. */
+    grads_in_t g = *j->g;
+    float *scratch = s->scratch;
+    if (lane > 0) {
+        scratch = s->lane_scratch + (size_t)(lane - 1) * ZPS_STORE_BLOCK;
+        if (g.segs)
+            g.blk = s->lane_blk + (size_t)(lane - 1) * j->k;
+    }
+    size_t end = (i + 1) * j->chunk < s->len ? (i + 1) * j->chunk : s->len;
+    uint32_t crc = 0;
+    for (size_t lo = i * j->chunk; lo < end; lo += ZPS_STORE_BLOCK) {
+        size_t len = end - lo < ZPS_STORE_BLOCK ? end - lo : ZPS_STORE_BLOCK;
+        mean_block(&g, j->n, j->k, j->denom, lo, len, scratch);
+        zps_optimizer_apply(s->opt, j->st, lo, len, s->params + lo, scratch);
+        if (j->copy)
+            crc = zps_crc32c_copy(crc, j->copy + lo, s->params + lo, len * sizeof(float));
+    }
+    j->crc[i] = crc;
+}
+
+/*
+ * The helpers' scratch for a step of k gradients: one block each, and k
+ * pointers each for gradients in segments, for as many helpers as the pool
+ * can have. False when it cannot be had; the step then runs on the calling
+ * thread alone.
+ */
+static bool lanes_ready(zps_store_t *s, size_t k)
+{
+    const size_t helpers = ZPS_POOL_LANES_MAX - 1;
+    if (zps_pool_lanes() < 2)
+        return false;
+    if (!s->lane_scratch) {
+        s->lane_scratch = alloc_floats(helpers * ZPS_STORE_BLOCK);
+        if (!s->lane_scratch)
+            return false;
+    }
+    if (s->lane_blk_k < k) {
+        const float **blk = realloc(s->lane_blk, helpers * k * sizeof(*blk));
+        if (!blk)
+            return false;
+        s->lane_blk = blk;
+        s->lane_blk_k = k;
+    }
+    return true;
+}
+
 static uint32_t step_mean(zps_store_t *s, const grads_in_t *g, const uint32_t *n, size_t k,
                           double g_max, float *restrict copy)
 {
     ZPS_ASSERT(k >= 1);
-    const float denom = zps_mean_denominator(n, k);
     zps_opt_step_t st;
     zps_optimizer_begin(s->opt, 1.0, &st);
     /* With no gradient bounds the store's are simply dropped (measured again
      * at the next step), not measured here for nothing. */
     zps_opt_bounds_t next = {0};
     bool proven = step_proven(s, &st, mean_max(n, k, g_max), &next);
+    step_job_t j = {.s = s,
+                    .g = g,
+                    .n = n,
+                    .k = k,
+                    .denom = zps_mean_denominator(n, k),
+                    .st = &st,
+                    .copy = copy,
+                    .chunk = chunk_len(s->len)};
+    size_t chunks = zps_pool_chunks(s->len, j.chunk);
+    if (chunks > 1 && !lanes_ready(s, k))
+        j.chunk = s->len, chunks = 1;
+    zps_pool_run(chunks, step_chunk, &j);
+    /* Each block of the mean is computed, applied and copied while it is in
+     * cache; the copy's checksum is joined from its chunks'. */
     uint32_t crc = 0;
-    for (size_t lo = 0; lo < s->len; lo += ZPS_STORE_BLOCK) {
-        size_t len = s->len - lo < ZPS_STORE_BLOCK ? s->len - lo : ZPS_STORE_BLOCK;
-        mean_block(g, n, k, denom, lo, len, s->scratch);
-        zps_optimizer_apply(s->opt, &st, lo, len, s->params + lo, s->scratch);
-        if (copy)
-            crc = zps_crc32c_copy(crc, copy + lo, s->params + lo, len * sizeof(float));
+    for (size_t i = 0; i < chunks; i++) {
+        size_t lo = i * j.chunk;
+        size_t len = s->len - lo < j.chunk ? s->len - lo : j.chunk;
+        crc = i ? zps_crc32c_combine(crc, j.crc[i], len * sizeof(float)) : j.crc[0];
     }
     zps_optimizer_end(s->opt);
     step_taken(s, proven, &next);

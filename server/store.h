@@ -5,12 +5,16 @@
  * The store owns the shard's slice of the model (64-byte aligned), the
  * optimizer beside it, and one block of scratch for BSP's aggregated gradient.
  * It knows nothing of sockets or clocks: the server decides when a step
- * happens, the store computes it, on the calling thread (the loop's).
+ * happens, the store computes it, on the calling thread (the loop's) with
+ * the process's helper threads (pool.h) when the shard is large enough to
+ * cut into chunks; the call returns when the step is done.
  *
  * Not here: whether the model is initialised (the consistency module keeps
  * that one record; an empty store has params == NULL), the optimizer's
  * formulas (optimizer/optimizer.h), the mean's arithmetic (optimizer/mean.h).
- * Not thread-safe; no call blocks, and only zps_store_set allocates.
+ * Not thread-safe; no call blocks, and only zps_store_set allocates, but
+ * for the helpers' scratch, taken at the first step that uses them (a step
+ * runs on the calling thread alone if it cannot be had).
  */
 #ifndef ZPS_STORE_H
 #define ZPS_STORE_H
@@ -21,6 +25,7 @@
 
 #include "mean.h"
 #include "optimizer.h"
+#include "pool.h"
 #include "shard.h"
 
 /*
@@ -30,12 +35,22 @@
  */
 #define ZPS_STORE_BLOCK 2048
 
+/*
+ * A step over at least 2 MiB of parameters is cut into chunks of whole
+ * blocks that the helper threads take in turn (pool.h's rule).
+ */
+#define ZPS_STORE_CHUNK_MIN (ZPS_POOL_CHUNK_MIN / sizeof(float))
+
 typedef struct zps_store {
     uint64_t total;    /* N, elements in the whole model */
     zps_range_t range; /* the slice this shard owns */
     size_t len;        /* range length */
     float *params;     /* [len] */
     float *scratch;    /* [ZPS_STORE_BLOCK] one block of a BSP step's mean */
+    /* The helpers' own: a block each, and lane_blk_k pointers each. */
+    float *lane_scratch;
+    const float **lane_blk;
+    size_t lane_blk_k;
     zps_optimizer_t *opt;
     /* Upper bounds on max|x| of the parameters and each optimizer state
      * array (optimizer.h, zps_optimizer_bound), measured before the first

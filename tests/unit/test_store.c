@@ -363,6 +363,77 @@ static void test_segmented_step(void **state)
     free(copy_b);
 }
 
+/*
+ * A shard long enough to be cut into chunks for the helper threads (a few
+ * of ZPS_STORE_CHUNK_MIN and a remainder): its BSP step, from flat
+ * gradients and from gradients in segments, and its SSP/ASP step equal the
+ * mean and one optimizer step over the whole array, computed apart from
+ * the store, bit for bit, parameters and state; the copy's CRC32C, joined
+ * from the chunks', equals the table path's over the whole copy.
+ */
+static void test_chunked_step(void **state)
+{
+    (void)state;
+    enum { LEN = 3 * ZPS_STORE_CHUNK_MIN + 5 * ZPS_STORE_BLOCK + 77, SEG = 256 * ZPS_STORE_BLOCK };
+    const zps_opt_kind_t kinds[] = {ZPS_OPT_SGD, ZPS_OPT_MOMENTUM, ZPS_OPT_ADAM};
+    const uint32_t batches[2] = {4, 9};
+    float *init = malloc(LEN * sizeof(float)), *g[2], *mean = malloc(LEN * sizeof(float)),
+          *copy = malloc(LEN * sizeof(float)), *ref = malloc(LEN * sizeof(float));
+    for (int j = 0; j < 2; j++)
+        g[j] = malloc(LEN * sizeof(float));
+    fill_values(31, init, g, 2, LEN);
+    /* Gradient 1 in segments that point into its own array. */
+    enum { NSEG = (LEN + SEG - 1) / SEG };
+    const float *seg1[NSEG];
+    for (int k = 0; k < NSEG; k++)
+        seg1[k] = g[1] + (size_t)k * SEG;
+    const float *seg0[1] = {g[0]};
+    const zps_grad_segs_t segs[2] = {{seg0, LEN}, {seg1, SEG}};
+    const float *flat[2] = {g[0], g[1]};
+    const float *blk[2];
+    zps_weighted_mean(flat, batches, 2, LEN, mean);
+    for (size_t a = 0; a < sizeof(kinds) / sizeof(kinds[0]); a++) {
+        zps_opt_config_t cfg;
+        zps_opt_config_default(&cfg);
+        cfg.kind = kinds[a];
+        cfg.lr = 0.03;
+        zps_optimizer_t *opt;
+        assert_int_equal(zps_optimizer_new(&cfg, LEN, &opt), 0);
+        memcpy(ref, init, LEN * sizeof(float));
+        zps_store_t st_flat, st_segs, st_apply;
+        zps_range_t r = {0, LEN};
+        zps_store_t *all[3] = {&st_flat, &st_segs, &st_apply};
+        for (int i = 0; i < 3; i++) {
+            zps_store_init(all[i]);
+            assert_int_equal(zps_store_set(all[i], LEN, r, init, &cfg), 0);
+        }
+        for (int step = 0; step < 3; step++) {
+            assert_int_equal(zps_optimizer_step(opt, ref, mean, 1.0), 0);
+            uint32_t crc = zps_store_step_mean_bounded(&st_flat, flat, batches, 2, 4.0, copy);
+            assert_int_equal(crc, zps_crc32c_sw(0, ref, LEN * sizeof(float)));
+            assert_memory_equal(copy, ref, LEN * sizeof(float));
+            crc = zps_store_step_mean_segs(&st_segs, segs, batches, 2, 4.0, blk, NULL);
+            assert_int_equal(crc, 0);
+            assert_int_equal(zps_store_apply_bounded(&st_apply, mean, 4.0, 1.0, NULL), 0);
+            for (int i = 0; i < 3; i++)
+                assert_memory_equal(all[i]->params, ref, LEN * sizeof(float));
+        }
+        for (int i = 0; i < 3; i++) {
+            for (size_t k = 0; k < zps_optimizer_state_count(opt); k++)
+                assert_memory_equal(zps_optimizer_state(all[i]->opt, k, NULL),
+                                    zps_optimizer_state(opt, k, NULL), LEN * sizeof(float));
+            zps_store_fini(all[i]);
+        }
+        zps_optimizer_free(opt);
+    }
+    for (int j = 0; j < 2; j++)
+        free(g[j]);
+    free(init);
+    free(mean);
+    free(copy);
+    free(ref);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -373,6 +444,7 @@ int main(void)
         cmocka_unit_test(test_time_histogram),
         cmocka_unit_test(test_blocked_step),
         cmocka_unit_test(test_segmented_step),
+        cmocka_unit_test(test_chunked_step),
         cmocka_unit_test(test_refuses_nonfinite_step),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
