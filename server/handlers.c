@@ -627,7 +627,7 @@ void zps_handle_shm(zps_daemon_t *d, zps_request_t *r)
         return;
     }
     if (!zps_consistency_initialized(d->consistency) || d->store.len == 0) {
-        zps_reply_error(d, r, ZPS_ENOTINIT, "no shared memory before the model is initialised");
+        zps_reply_expected(d, r, ZPS_ENOTINIT, "no shared memory before the model is initialised");
         return;
     }
     char why[ZPS_ERROR_TEXT_MAX];

@@ -116,7 +116,9 @@ void zps_reply_send(zps_daemon_t *d, const zps_request_t *r, zps_header_t *h)
     d->count.msgs_out++;
 }
 
-void zps_reply_error(zps_daemon_t *d, const zps_request_t *r, int code, const char *fmt, ...)
+/* An ERROR reply, logged at `level` (WARN rate-limited, DEBUG as it comes). */
+static void reply_error(zps_daemon_t *d, const zps_request_t *r, enum zps_log_level level, int code,
+                        const char *fmt, va_list ap)
 {
     const zps_header_t *req = r->hdr;
     zps_header_t h;
@@ -129,16 +131,29 @@ void zps_reply_error(zps_daemon_t *d, const zps_request_t *r, int code, const ch
     h.model_version = zps_consistency_version(d->consistency);
     h.min_clock = zps_consistency_min_clock(d->consistency);
     h.config_fingerprint = d->fingerprint;
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(h.error, sizeof(h.error), fmt, ap);
-    va_end(ap);
     zps_counters_error(&d->count, code);
 
-    if (log_allowed(d))
-        zps_warn("refused request %llu from worker %d: %s (%s)",
-                 (unsigned long long)req->request_id, req->worker, h.error, zps_errname(code));
+    if (level != ZPS_LOG_WARN || log_allowed(d))
+        zps_log(level, "refused request %llu from worker %d: %s (%s)",
+                (unsigned long long)req->request_id, req->worker, h.error, zps_errname(code));
     zps_reply_send(d, r, &h);
+}
+
+void zps_reply_error(zps_daemon_t *d, const zps_request_t *r, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    reply_error(d, r, ZPS_LOG_WARN, code, fmt, ap);
+    va_end(ap);
+}
+
+void zps_reply_expected(zps_daemon_t *d, const zps_request_t *r, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    reply_error(d, r, ZPS_LOG_DEBUG, code, fmt, ap);
+    va_end(ap);
 }
 
 void zps_reply_header(const zps_daemon_t *d, const zps_request_t *r, zps_header_t *h)

@@ -59,4 +59,13 @@ void zps_reply_send(struct zps_daemon *d, const zps_request_t *r, zps_header_t *
 void zps_reply_error(struct zps_daemon *d, const zps_request_t *r, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/*
+ * The same reply for a refusal that is part of the protocol's normal course,
+ * one the client expects and acts on (a shared-memory session asked for
+ * before INIT: asked again once the model exists); counted alike, logged
+ * only at debug level.
+ */
+void zps_reply_expected(struct zps_daemon *d, const zps_request_t *r, int code, const char *fmt,
+                        ...) __attribute__((format(printf, 4, 5)));
+
 #endif
