@@ -256,14 +256,14 @@ for k in "$run"/keys/*.key; do
     [ "$(stat -c %a "$k")" = 600 ] || mh_fail "$k is $(stat -c %a "$k")"
 done
 auth=$run/keys/authorized_keys
-grep -qxF "$(cat "$run/keys/worker-0.pub") admin  # worker 0" "$auth" || mh_fail "worker 0 is not admin: $(cat "$auth")"
+grep -qxF -e "$(cat "$run/keys/worker-0.pub") admin  # worker 0" "$auth" || mh_fail "worker 0 is not admin: $(cat "$auth")"
 for r in 1 2 3; do
-    grep -qxF "$(cat "$run/keys/worker-$r.pub") worker $r  # worker $r" "$auth" ||
+    grep -qxF -e "$(cat "$run/keys/worker-$r.pub") worker $r  # worker $r" "$auth" ||
         mh_fail "worker $r's key is not 'worker $r': $(cat "$auth")"
     grep -q -- "--key $run/keys/worker-$r.key " "$run/commands.txt" ||
         mh_fail "worker $r is not handed its own key: $(grep "^worker-$r " "$run/commands.txt")"
 done
-! grep -qF "$(cat "$run/keys/server.pub")" "$auth" || mh_fail "the servers' key is in authorized_keys"
+! grep -qF -e "$(cat "$run/keys/server.pub")" "$auth" || mh_fail "the servers' key is in authorized_keys"
 for i in 0 1; do
     grep -q "listening on tcp://${mh_addr[$i]}:$((7100 + i))" "$run/server-$i.log" ||
         mh_fail "server $i did not listen on ${mh_addr[$i]}: $(head -3 "$run/server-$i.log")"
