@@ -409,12 +409,6 @@ static uint64_t payload_bytes(zps_message_t *msg)
     return n;
 }
 
-/*
- * Checks a payload of several frames: its checksum and a scan of its
- * values, in one pass over each frame. A float32 one stays where the
- * frames are; a bfloat16 one is widened, in that pass, into one buffer
- * from the pool, which replaces the frames.
- */
 /* The frames of a payload checked in groups, on the process's helper threads (pool.h). */
 typedef struct frames_job {
     const zps_message_t *msg;
@@ -449,6 +443,12 @@ static void frames_chunk(void *arg, size_t g, unsigned lane)
     }
 }
 
+/*
+ * Checks a payload of several frames: its checksum and a scan of its
+ * values, in one pass over each frame. A float32 one stays where the
+ * frames are; a bfloat16 one is widened, in that pass, into one buffer
+ * from the pool, which replaces the frames.
+ */
 static int check_frames(zps_message_t *msg)
 {
     size_t n = (size_t)msg->hdr.length;
