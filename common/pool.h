@@ -6,8 +6,8 @@
  * returns once every chunk is done. A caller that finds the pool busy with
  * another caller's job runs its own alone, so a job never waits for
  * another. The helpers (at most 7, no more than the CPUs less one) start
- * at the first job of several chunks, take no signals and live as long as
- * the process.
+ * at the first call of zps_pool_run or zps_pool_lanes, take no signals and
+ * live as long as the process.
  *
  * Used where one pass over a large buffer is cut into independent pieces:
  * sealing and opening a payload's chunks (seal.h), a shard's optimizer step
