@@ -276,6 +276,8 @@ static int decode_header(zps_message_t *msg, const void *data, size_t len)
 static int judge(zps_message_t *msg, bool verify);
 static uint32_t scan_max_run(uint32_t crc, float *dst, const float *src, size_t count,
                              size_t *first_bad, float *abs_max);
+static uint32_t copy_out(const zps_message_t *msg, float *dst, size_t *at, const void *src,
+                         size_t bytes, uint32_t crc);
 
 /* Partial results of a pass over pieces, joined in order. */
 typedef struct scan_part {
@@ -409,11 +411,16 @@ static uint64_t payload_bytes(zps_message_t *msg)
     return n;
 }
 
-/* The frames of a payload checked in groups, on the process's helper threads (pool.h). */
+/*
+ * A payload's frames, checked (scanned where they are, or widened from
+ * bfloat16 into `wide`) or copied out into `out`, in groups of whole frames
+ * on the process's helper threads (pool.h).
+ */
 typedef struct frames_job {
     const zps_message_t *msg;
-    float *wide;
-    size_t per; /* frames per group */
+    float *wide; /* check: a bfloat16 payload widened here */
+    float *out;  /* copy out: here (and check nothing) */
+    size_t per;  /* frames per group */
     scan_part_t part[ZPS_POOL_CHUNKS_MAX];
 } frames_job_t;
 
@@ -431,6 +438,11 @@ static void frames_chunk(void *arg, size_t g, unsigned lane)
     for (size_t i = first; i < end; i++) {
         const void *src = zmq_msg_data((zmq_msg_t *)&msg->frames[i]);
         size_t bytes = zmq_msg_size((zmq_msg_t *)&msg->frames[i]), k = bytes / elem;
+        pt->bytes += bytes;
+        if (j->out) {
+            pt->crc = copy_out(msg, j->out, &at, src, bytes, pt->crc);
+            continue;
+        }
         size_t fbad;
         float fmx;
         pt->crc = j->wide ? zps_bf16_widen_scan(j->wide + at, src, k, &fbad, &fmx, pt->crc)
@@ -438,9 +450,21 @@ static void frames_chunk(void *arg, size_t g, unsigned lane)
         if (pt->bad == SIZE_MAX && fbad < k)
             pt->bad = at + fbad;
         pt->mx = fmx > pt->mx ? fmx : pt->mx;
-        pt->bytes += bytes;
         at += k;
     }
+}
+
+/* Runs j over msg's frames; the CRC, first non-finite value (n: none) and max joined. */
+static void run_frames(frames_job_t *j, const zps_message_t *msg, uint32_t *crc, size_t *first_bad,
+                       size_t n, float *abs_max)
+{
+    j->msg = msg;
+    /* A frame is ZPS_POOL_CHUNK_MIN: groups of whole frames, at most ZPS_POOL_CHUNKS_MAX. */
+    j->per = (msg->nframes + ZPS_POOL_CHUNKS_MAX - 1) / ZPS_POOL_CHUNKS_MAX;
+    size_t chunks = zps_pool_chunks(msg->nframes, j->per);
+    zps_pool_run(chunks, frames_chunk, j);
+    *crc = 0;
+    join_parts(j->part, chunks, crc, first_bad, n, abs_max);
 }
 
 /*
@@ -455,15 +479,11 @@ static int check_frames(zps_message_t *msg)
     float *wide = NULL;
     if (msg->narrow && !(wide = pool_get(n * sizeof(float))))
         return ZPS_ENOMEM;
-    frames_job_t j = {.msg = msg, .wide = wide};
-    /* A frame is ZPS_POOL_CHUNK_MIN: groups of whole frames, at most ZPS_POOL_CHUNKS_MAX. */
-    j.per = (msg->nframes + ZPS_POOL_CHUNKS_MAX - 1) / ZPS_POOL_CHUNKS_MAX;
-    size_t chunks = zps_pool_chunks(msg->nframes, j.per);
-    zps_pool_run(chunks, frames_chunk, &j);
-    uint32_t crc = 0;
+    frames_job_t j = {.wide = wide};
+    uint32_t crc;
     size_t bad;
     float mx;
-    join_parts(j.part, chunks, &crc, &bad, n, &mx);
+    run_frames(&j, msg, &crc, &bad, n, &mx);
     if (crc != msg->hdr.checksum) {
         if (wide)
             pool_put(wide, NULL);
@@ -703,31 +723,6 @@ static uint32_t copy_out(const zps_message_t *msg, float *dst, size_t *at, const
     return crc;
 }
 
-/* A payload's frames copied out in groups, on the process's helper threads (pool.h). */
-typedef struct copy_job {
-    const zps_message_t *msg;
-    float *dst;
-    size_t per; /* frames per group */
-    scan_part_t part[ZPS_POOL_CHUNKS_MAX];
-} copy_job_t;
-
-static void copy_frames_chunk(void *arg, size_t g, unsigned lane)
-{
-    (void)lane;
-    copy_job_t *j = arg;
-    const zps_message_t *msg = j->msg;
-    size_t first = g * j->per, end = first + j->per < msg->nframes ? first + j->per : msg->nframes;
-    /* Every frame but the last is whole (recv_frames). */
-    size_t at = first * (ZPS_WIRE_FRAME_BYTES / zps_wire_elem_bytes(&msg->hdr));
-    scan_part_t *pt = &j->part[g];
-    *pt = (scan_part_t){.bad = SIZE_MAX};
-    for (size_t i = first; i < end; i++) {
-        zmq_msg_t *f = (zmq_msg_t *)&msg->frames[i];
-        pt->crc = copy_out(msg, j->dst, &at, zmq_msg_data(f), zmq_msg_size(f), pt->crc);
-        pt->bytes += zmq_msg_size(f);
-    }
-}
-
 int zps_message_copy_verified(zps_message_t *msg, float *dst)
 {
     if (!msg->has_payload)
@@ -738,12 +733,10 @@ int zps_message_copy_verified(zps_message_t *msg, float *dst)
         crc =
             copy_out(msg, dst, &at, zmq_msg_data(&msg->payload), zmq_msg_size(&msg->payload), crc);
     } else {
-        copy_job_t j = {.msg = msg, .dst = dst};
-        j.per = (msg->nframes + ZPS_POOL_CHUNKS_MAX - 1) / ZPS_POOL_CHUNKS_MAX;
-        size_t chunks = zps_pool_chunks(msg->nframes, j.per), bad;
-        zps_pool_run(chunks, copy_frames_chunk, &j);
+        frames_job_t j = {.out = dst};
+        size_t bad;
         float mx;
-        join_parts(j.part, chunks, &crc, &bad, 0, &mx);
+        run_frames(&j, msg, &crc, &bad, 0, &mx);
     }
     return crc == msg->hdr.checksum ? 0 : ZPS_ECHECKSUM;
 }
