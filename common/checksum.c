@@ -304,7 +304,7 @@ static void copy_chunk(void *arg, size_t i, unsigned lane)
 {
     (void)lane;
     copy_job_t *j = arg;
-    size_t lo = i * j->chunk, n = j->len - lo < j->chunk ? j->len - lo : j->chunk;
+    size_t lo = i * j->chunk, n = zps_pool_piece(i, j->chunk, j->len);
     j->crc[i] = copy_run(0, j->d + lo, j->p + lo, n);
 }
 
@@ -315,10 +315,8 @@ uint32_t zps_crc32c_copy(uint32_t crc, void *dst, const void *src, size_t len)
     copy_job_t j = {.d = dst, .p = src, .len = len, .chunk = zps_pool_chunk(len, 64)};
     size_t chunks = zps_pool_chunks(len, j.chunk);
     zps_pool_run(chunks, copy_chunk, &j);
-    for (size_t i = 0; i < chunks; i++) {
-        size_t n = len - i * j.chunk < j.chunk ? len - i * j.chunk : j.chunk;
-        crc = zps_crc32c_combine(crc, j.crc[i], n);
-    }
+    for (size_t i = 0; i < chunks; i++)
+        crc = zps_crc32c_combine(crc, j.crc[i], zps_pool_piece(i, j.chunk, len));
     return crc;
 }
 

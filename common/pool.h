@@ -42,6 +42,12 @@ typedef void (*zps_pool_fn)(void *arg, size_t chunk, unsigned lane);
 size_t zps_pool_chunk(size_t len, size_t unit);
 size_t zps_pool_chunks(size_t len, size_t chunk);
 
+/* The length of piece i of len cut into pieces of `chunk` (the last one the rest). */
+static inline size_t zps_pool_piece(size_t i, size_t chunk, size_t len)
+{
+    return len - i * chunk < chunk ? len - i * chunk : chunk;
+}
+
 /* Runs fn for every chunk in [0, chunks), in any order; returns when all are done. */
 void zps_pool_run(size_t chunks, zps_pool_fn fn, void *arg);
 

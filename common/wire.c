@@ -966,7 +966,7 @@ static void scan_chunk(void *arg, size_t i, unsigned lane)
 {
     (void)lane;
     scan_job_t *j = arg;
-    size_t lo = i * j->chunk, n = j->count - lo < j->chunk ? j->count - lo : j->chunk;
+    size_t lo = i * j->chunk, n = zps_pool_piece(i, j->chunk, j->count);
     scan_part_t *pt = &j->part[i];
     size_t bad;
     pt->crc = scan_max_run(0, j->dst ? j->dst + lo : NULL, j->src + lo, n, &bad, &pt->mx);

@@ -123,7 +123,7 @@ static void apply_chunk(void *arg, size_t i, unsigned lane)
     (void)lane;
     apply_job_t *j = arg;
     size_t lo = i * j->chunk;
-    size_t len = j->s->len - lo < j->chunk ? j->s->len - lo : j->chunk;
+    size_t len = zps_pool_piece(i, j->chunk, j->s->len);
     zps_optimizer_apply(j->s->opt, j->st, lo, len, j->s->params + lo, j->grad + lo);
 }
 
@@ -241,7 +241,7 @@ static void step_chunk(void *arg, size_t i, unsigned lane)
         if (g.segs)
             g.blk = s->lane_blk + (size_t)(lane - 1) * j->k;
     }
-    size_t end = (i + 1) * j->chunk < s->len ? (i + 1) * j->chunk : s->len;
+    size_t end = i * j->chunk + zps_pool_piece(i, j->chunk, s->len);
     uint32_t crc = 0;
     for (size_t lo = i * j->chunk; lo < end; lo += ZPS_STORE_BLOCK) {
         size_t len = end - lo < ZPS_STORE_BLOCK ? end - lo : ZPS_STORE_BLOCK;
@@ -304,11 +304,8 @@ static uint32_t step_mean(zps_store_t *s, const grads_in_t *g, const uint32_t *n
     /* Each block of the mean is computed, applied and copied while it is in
      * cache; the copy's checksum is joined from its chunks'. */
     uint32_t crc = 0;
-    for (size_t i = 0; i < chunks; i++) {
-        size_t lo = i * j.chunk;
-        size_t len = s->len - lo < j.chunk ? s->len - lo : j.chunk;
-        crc = i ? zps_crc32c_combine(crc, j.crc[i], len * sizeof(float)) : j.crc[0];
-    }
+    for (size_t i = 0; i < chunks; i++)
+        crc = zps_crc32c_combine(crc, j.crc[i], zps_pool_piece(i, j.chunk, s->len) * sizeof(float));
     zps_optimizer_end(s->opt);
     step_taken(s, proven, &next);
     return crc;
