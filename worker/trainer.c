@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -835,15 +836,35 @@ done:
     return rc;
 }
 
+/* One observer pull, run on a thread of its own while the last model is evaluated. */
+typedef struct observe_job {
+    zps_client_t *client;
+    uint64_t clock;
+    float *out;
+    uint64_t n;
+    zps_reply_info_t info;
+    int rc;
+} observe_job_t;
+
+static void *observe_main(void *arg)
+{
+    observe_job_t *j = arg;
+    j->rc = zps_client_pull(j->client, j->clock, j->out, j->n, &j->info);
+    return NULL;
+}
+
 /*
  * --evaluator: no training. Pulls the model OF clocks E, 2E, ... and K as an
  * observer (client.h, `observe`): each pull is parked on every shard until
  * that clock's model exists -- under BSP exactly version t, under SSP/ASP
  * once every worker has pushed every clock before t -- and no worker ever
- * waits for it. Evaluates each, writes eval records with the versions read,
- * and saves the final model (--save-params). A late evaluator (still busy
- * with the previous model when a clock passes) gets a later model and
- * records its versions.
+ * waits for it. The pull of the next clock is sent, from a thread of its
+ * own, before the current model is evaluated, so it is parked on the shards
+ * while the evaluation runs: the exact version is read unless evaluating one
+ * model takes longer than the clocks until the next one's. Evaluates each,
+ * writes eval records with the versions read, and saves the final model
+ * (--save-params). A late evaluator gets a later model and records its
+ * versions.
  */
 static int run_evaluator(trainer_t *T)
 {
@@ -865,25 +886,47 @@ static int run_evaluator(trainer_t *T)
     }
     float *params = zps_backend_params(T->be);
     uint64_t n = T->model.nparams;
+    /* The next model arrives here while the current one is evaluated. */
+    float *staged = malloc(n * sizeof(float));
+    if (!staged) {
+        zps_client_free(client);
+        zps_error("cannot allocate %llu parameters for the next model",
+                  (unsigned long long)n);
+        return ZPS_ENOMEM;
+    }
     uint64_t every = cfg->eval_every ? cfg->eval_every : T->clocks;
     zps_info("evaluator: the model of every %llu clocks and of clock %llu, as an observer",
              (unsigned long long)every, (unsigned long long)T->clocks);
     T->loop_ns = zps_now_ns();
-    for (uint64_t t = every < T->clocks ? every : T->clocks;; t += every) {
-        if (t > T->clocks)
-            t = T->clocks;
-        zps_reply_info_t info;
-        if ((rc = zps_client_pull(client, t, params, n, &info)) != 0) {
-            rc = client_failed(T, client, "observing the model", t, rc);
+    observe_job_t job = {.client = client, .clock = every < T->clocks ? every : T->clocks,
+                         .out = staged, .n = n};
+    observe_main(&job);
+    for (;;) {
+        uint64_t t = job.clock;
+        if (job.rc != 0) {
+            rc = client_failed(T, client, "observing the model", t, job.rc);
             goto done;
         }
-        if ((rc = evaluate(T, t, t == T->clocks, &info)) != 0)
-            goto done;
-        if (t == T->clocks)
+        memcpy(params, staged, n * sizeof(float));
+        zps_reply_info_t info = job.info;
+        bool ahead = false;
+        pthread_t thread;
+        if (t < T->clocks) {
+            job.clock = t + every < T->clocks ? t + every : T->clocks;
+            ahead = pthread_create(&thread, NULL, observe_main, &job) == 0;
+        }
+        rc = evaluate(T, t, t == T->clocks, &info);
+        if (ahead)
+            pthread_join(thread, NULL);
+        if (rc != 0 || t == T->clocks)
             break;
+        if (!ahead) /* no thread: pull it now, after the evaluation */
+            observe_main(&job);
     }
-    rc = save_params(T);
+    if (rc == 0)
+        rc = save_params(T);
 done:
+    free(staged);
     zps_client_free(client);
     return rc;
 }

@@ -210,6 +210,11 @@ static void test_bsp_exact_clocks(void **state)
                                "--no-eval",
                                "--metrics",
                                r == 0 ? w0 : "/dev/null",
+                               /* A clock of the synthetic MLP takes microseconds:
+                                * 5 ms each leaves the evaluator 30 ms between its
+                                * clocks, not a scheduler's time slice. */
+                               "--delay",
+                               "5",
                                NULL};
         pids[r] = worker(extra, NULL);
     }
