@@ -890,16 +890,15 @@ static int run_evaluator(trainer_t *T)
     float *staged = malloc(n * sizeof(float));
     if (!staged) {
         zps_client_free(client);
-        zps_error("cannot allocate %llu parameters for the next model",
-                  (unsigned long long)n);
+        zps_error("cannot allocate %llu parameters for the next model", (unsigned long long)n);
         return ZPS_ENOMEM;
     }
     uint64_t every = cfg->eval_every ? cfg->eval_every : T->clocks;
     zps_info("evaluator: the model of every %llu clocks and of clock %llu, as an observer",
              (unsigned long long)every, (unsigned long long)T->clocks);
     T->loop_ns = zps_now_ns();
-    observe_job_t job = {.client = client, .clock = every < T->clocks ? every : T->clocks,
-                         .out = staged, .n = n};
+    observe_job_t job = {
+        .client = client, .clock = every < T->clocks ? every : T->clocks, .out = staged, .n = n};
     observe_main(&job);
     for (;;) {
         uint64_t t = job.clock;

@@ -203,6 +203,8 @@ static void test_bsp_exact_clocks(void **state)
     for (int r = 0; r < WORKERS; r++) {
         char rank[8];
         snprintf(rank, sizeof(rank), "%d", r);
+        /* A clock of the synthetic MLP takes microseconds: 5 ms each leaves
+         * the evaluator 30 ms between its clocks, not a scheduler's time slice. */
         const char *extra[] = {"--servers",
                                c.servers,
                                "--rank",
@@ -210,9 +212,6 @@ static void test_bsp_exact_clocks(void **state)
                                "--no-eval",
                                "--metrics",
                                r == 0 ? w0 : "/dev/null",
-                               /* A clock of the synthetic MLP takes microseconds:
-                                * 5 ms each leaves the evaluator 30 ms between its
-                                * clocks, not a scheduler's time slice. */
                                "--delay",
                                "5",
                                NULL};
