@@ -71,6 +71,12 @@ typedef struct zps_idx {
 int zps_idx_read(const char *path, zps_idx_t *out, char *err, size_t err_size);
 
 /*
+ * Reads only the header of an IDX file (gzip'd or plain): *out gets ndims,
+ * dims and count, and data NULL. The header's errors as zps_idx_read's.
+ */
+int zps_idx_read_header(const char *path, zps_idx_t *out, char *err, size_t err_size);
+
+/*
  * Loads an image/label pair of IDX files: images [N, rows, cols] become
  * x [N, rows*cols] scaled by 1/255; labels [N] must all be below `classes`.
  * Errors as zps_idx_read, plus ZPS_EDATA for wrong ranks, a count mismatch
@@ -147,6 +153,22 @@ int zps_dataset_train_size(const char *spec, const char *dir, uint64_t *n_train,
  */
 int zps_dataset_open(const char *spec, const char *dir, uint64_t seed, zps_dataset_t *train,
                      zps_dataset_t *test, char *err, size_t err_size);
+
+/* The parts of a data set that zps_dataset_open_parts loads. */
+#define ZPS_DATA_TRAIN 1u
+#define ZPS_DATA_TEST 2u
+
+/*
+ * zps_dataset_open, loading only the parts named in `parts`: for
+ * Fashion-MNIST a part left out is read for its shape only (n, dim and
+ * classes from its headers, with the same checks; x and label stay NULL),
+ * so that a process that only evaluates does not decompress the training
+ * set, nor one that only trains the test set. A synthetic set is always made
+ * whole (both parts come from one generator). zps_dataset_open is this with
+ * both parts.
+ */
+int zps_dataset_open_parts(const char *spec, const char *dir, uint64_t seed, unsigned parts,
+                           zps_dataset_t *train, zps_dataset_t *test, char *err, size_t err_size);
 
 /*
  * Copies the examples idx[0..count) into x [count, dim] and, as the set has

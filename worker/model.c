@@ -182,7 +182,7 @@ int zps_model_check_data(const zps_model_t *m, const zps_dataset_t *ds, char *er
         return ZPS_EINVAL;
     }
     if (m->kind == ZPS_MODEL_MLP) {
-        if (ds->classes == 0 || !ds->label) {
+        if (ds->classes == 0) {
             zps_set_reason(err, err_size, "model %s needs labelled data (a classification set)",
                            spec);
             return ZPS_EINVAL;
@@ -192,7 +192,7 @@ int zps_model_check_data(const zps_model_t *m, const zps_dataset_t *ds, char *er
                            spec, m->sizes[m->layers], ds->classes);
             return ZPS_EINVAL;
         }
-    } else if (!ds->target) {
+    } else if (ds->classes != 0) {
         zps_set_reason(err, err_size, "model %s needs regression targets (data 'synthetic')", spec);
         return ZPS_EINVAL;
     }

@@ -76,7 +76,9 @@ void zps_model_init_params(const zps_model_t *m, uint64_t seed, float *params);
 /*
  * Checks that a data set fits the model: as many features as inputs, and
  * for an MLP as many classes as outputs, for a linear model a regression set.
- * Returns 0 or ZPS_EINVAL with a reason.
+ * The kind of set is told by ds->classes, not by its arrays, so that a set
+ * opened for its shape only (zps_dataset_open_parts) passes as it would
+ * loaded. Returns 0 or ZPS_EINVAL with a reason.
  */
 int zps_model_check_data(const zps_model_t *m, const zps_dataset_t *ds, char *err, size_t err_size);
 

@@ -140,14 +140,20 @@ static int load(trainer_t *T)
         return ZPS_EINVAL;
     }
     uint64_t t0 = zps_now_ns();
-    rc = zps_dataset_open(cfg->data, cfg->data_dir, cfg->seed, &T->train, &T->test, err,
-                          sizeof(err));
+    /* An evaluator trains on nothing and a worker that does not evaluate
+     * tests nothing: what a process does not use is read for its shape. */
+    unsigned parts = (cfg->evaluator ? 0 : ZPS_DATA_TRAIN) | (T->evaluates ? ZPS_DATA_TEST : 0);
+    rc = zps_dataset_open_parts(cfg->data, cfg->data_dir, cfg->seed, parts, &T->train, &T->test,
+                                err, sizeof(err));
     if (rc) {
         zps_error("data: %s", err);
         return rc;
     }
-    zps_info("data %s: %llu training and %llu test examples of %u features, loaded in %.2f s",
+    zps_info("data %s: %llu training and %llu test examples of %u features, %s in %.2f s",
              cfg->data, (unsigned long long)T->train.n, (unsigned long long)T->test.n, T->train.dim,
+             parts == (ZPS_DATA_TRAIN | ZPS_DATA_TEST) ? "loaded"
+             : parts & ZPS_DATA_TRAIN                  ? "the training set loaded"
+                                                       : "the test set loaded",
              ms_since(t0) / 1e3);
 
     const char *spec = cfg->model;

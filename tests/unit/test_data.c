@@ -196,10 +196,11 @@ static int make_tmpdir(void **state)
 static int remove_tmpdir(void **state)
 {
     (void)state;
-    static const char *const names[] = {"good-img.gz", "good-lab.gz", "plain-img",  "missing.gz",
-                                        "magic.gz",    "type.gz",     "trunc.gz",   "cut.gz",
-                                        "flip.gz",     "trail.gz",    "few-lab.gz", "range-lab.gz",
-                                        "rank.gz",     "zero.gz",     "empty.gz"};
+    static const char *const names[] = {
+        "good-img.gz", "good-lab.gz",  "plain-img",    "missing.gz",  "magic.gz",
+        "type.gz",     "trunc.gz",     "cut.gz",       "flip.gz",     "trail.gz",
+        "few-lab.gz",  "range-lab.gz", "rank.gz",      "zero.gz",     "empty.gz",
+        "many-img.gz", "many-lab.gz",  "short-img.gz", "short-lab.gz"};
     char path[512];
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         snprintf(path, sizeof(path), "%s/%s", tmpdir, names[i]);
@@ -410,6 +411,41 @@ static void test_idx_errors(void **state)
     rc = zps_idx_read(tmp_path("flip.gz"), &t, err, sizeof(err));
     expect_error(rc, ZPS_ECORRUPT, err, "flip.gz", "");
 
+    /* Images are converted as they are decompressed, in pieces: a set of
+     * several pieces (3 x 200 x 200 bytes) arrives whole and exact, and the
+     * same set cut short is refused as truncated, naming the file. */
+    {
+        enum { IN = 3, SIDE = 200, BYTES = IN * SIDE * SIDE };
+        uint8_t *img = malloc(BYTES);
+        assert_non_null(img);
+        for (int i = 0; i < BYTES; i++)
+            img[i] = (uint8_t)((unsigned)i * 7u + (unsigned)i / 251u);
+        uint32_t sdims[3] = {IN, SIDE, SIDE}, ndims1[1] = {IN};
+        write_idx("many-img.gz", 8, 3, sdims, img, BYTES, false);
+        write_idx("many-lab.gz", 8, 1, ndims1, labels, IN, false);
+        rc = zps_dataset_load_idx(tmp_path("many-img.gz"), tmp_path("many-lab.gz"), 10, &ds, err,
+                                  sizeof(err));
+        if (rc)
+            fail_msg("%s", err);
+        assert_int_equal(ds.n, IN);
+        assert_int_equal(ds.dim, SIDE * SIDE);
+        for (int i = 0; i < BYTES; i++)
+            if (ds.x[i] != (float)img[i] / 255.0f)
+                fail_msg("pixel %d: %.9g, expected %.9g", i, (double)ds.x[i],
+                         (double)((float)img[i] / 255.0f));
+        zps_dataset_fini(&ds);
+        /* The header promises 4 images of which 3 are there. */
+        uint32_t four[3] = {IN + 1, SIDE, SIDE}, ndims4[1] = {IN + 1};
+        write_idx("short-img.gz", 8, 3, four, img, BYTES, false);
+        write_idx("short-lab.gz", 8, 1, ndims4, labels, IN + 1, false);
+        rc = zps_dataset_load_idx(tmp_path("short-img.gz"), tmp_path("short-lab.gz"), 10, &ds, err,
+                                  sizeof(err));
+        expect_error(rc, ZPS_ECORRUPT, err, "short-img.gz",
+                     "truncated: expected 160000 data bytes");
+        assert_non_null(strstr(err, "got 120000"));
+        free(img);
+    }
+
     /* Pairs that do not fit: a count mismatch, a label out of range, images
      * of the wrong rank. */
     uint32_t ldims3[1] = {3};
@@ -461,6 +497,48 @@ static void test_fashion_mnist_shapes(void **state)
     assert_int_equal(te.dim, 6);
     zps_dataset_fini(&tr);
     zps_dataset_fini(&te);
+
+    /* One part only: the other has its shape from its headers and no
+     * examples; the loaded part is the same as when both are loaded. */
+    for (unsigned parts = 0; parts < 4; parts++) {
+        rc = zps_dataset_open_parts("fashion-mnist", tmpdir, 1, parts, &tr, &te, err, sizeof(err));
+        if (rc)
+            fail_msg("parts %u: %s", parts, err);
+        const zps_dataset_t *both[2] = {&tr, &te};
+        for (unsigned k = 0; k < 2; k++) {
+            const zps_dataset_t *d = both[k];
+            assert_int_equal(d->n, 4);
+            assert_int_equal(d->dim, 6);
+            assert_int_equal(d->classes, 10);
+            if (parts & (k ? ZPS_DATA_TEST : ZPS_DATA_TRAIN)) {
+                assert_non_null(d->x);
+                assert_non_null(d->label);
+                for (size_t i = 0; i < sizeof(pixels); i++)
+                    assert_true(d->x[i] == (float)pixels[i] / 255.0f);
+                for (size_t i = 0; i < 4; i++)
+                    assert_int_equal(d->label[i], labels[i]);
+            } else {
+                assert_null(d->x);
+                assert_null(d->label);
+            }
+        }
+        zps_dataset_fini(&tr);
+        zps_dataset_fini(&te);
+    }
+    /* A part read for its shape is still checked: images and labels of
+     * different counts, and a broken header, are refused. */
+    uint32_t three[1] = {3};
+    write_idx("t10k-labels-idx1-ubyte.gz", 8, 1, three, labels, 3, false);
+    rc = zps_dataset_open_parts("fashion-mnist", tmpdir, 1, ZPS_DATA_TRAIN, &tr, &te, err,
+                                sizeof(err));
+    expect_error(rc, ZPS_EDATA, err, "t10k-labels-idx1-ubyte.gz", "has 3 labels");
+    write_idx("t10k-labels-idx1-ubyte.gz", 8, 1, lab_dims, labels, sizeof(labels), false);
+    uint32_t flat[2] = {4, 6};
+    write_idx("train-images-idx3-ubyte.gz", 8, 2, flat, pixels, sizeof(pixels), false);
+    rc = zps_dataset_open_parts("fashion-mnist", tmpdir, 1, ZPS_DATA_TEST, &tr, &te, err,
+                                sizeof(err));
+    expect_error(rc, ZPS_EDATA, err, "train-images-idx3-ubyte.gz", "3 dimensions");
+    write_idx("train-images-idx3-ubyte.gz", 8, 3, tr_dims, pixels, sizeof(pixels), false);
 
     /* Two examples of 2x2: 4 features against the training set's 6. */
     uint32_t te_dims[3] = {2, 2, 2}, te_lab_dims[1] = {2};
