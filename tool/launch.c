@@ -73,6 +73,8 @@
 #include "timeutil.h"
 
 #define TICK_MS 100
+/* Until every server listens: the workers start at the first tick after. */
+#define STARTUP_TICK_MS 5
 #define STARTUP_TIMEOUT_S 30.0
 #define STOP_GRACE_S 5.0       /* SIGTERM, then SIGKILL after this long */
 #define FINISH_GRACE_S 5.0     /* after the final evaluation, the workers get this long */
@@ -967,6 +969,7 @@ static void on_tick(uv_timer_t *t)
         if (servers_listening(L)) {
             L->phase = PH_TRAINING;
             L->phase_ns = zps_now_ns();
+            uv_timer_set_repeat(t, TICK_MS);
             start_workers(L);
         } else if (secs_since(L->phase_ns) > STARTUP_TIMEOUT_S && L->phase != PH_ABORT) {
             /* Name them, and where they run. */
@@ -1426,7 +1429,7 @@ int zps_cmd_launch(int argc, char **argv)
     L->start_ns = L->phase_ns = zps_now_ns();
     L->phase = PH_SERVERS;
     start_servers(L);
-    uv_timer_start(&L->tick, on_tick, TICK_MS, TICK_MS);
+    uv_timer_start(&L->tick, on_tick, STARTUP_TICK_MS, STARTUP_TICK_MS);
     maybe_finish(L);
     uv_run(&L->loop, UV_RUN_DEFAULT);
     uv_loop_close(&L->loop);
