@@ -35,6 +35,7 @@ void zps_dataset_fini(zps_dataset_t *ds)
     if (!ds)
         return;
     free(ds->x);
+    free(ds->bytes);
     free(ds->label);
     free(ds->target);
     free(ds->true_w);
@@ -188,6 +189,14 @@ int zps_idx_read_header(const char *path, zps_idx_t *out, char *err, size_t err_
     return 0;
 }
 
+/* An image byte as the float a data set holds: every loader and
+ * zps_dataset_gather convert with this one expression, so that a set kept
+ * as bytes gathers to the same bits as one loaded as floats. */
+static inline float pixel(uint8_t b)
+{
+    return (float)b / 255.0f;
+}
+
 /*
  * Reads the `count` data bytes after the header and checks what follows
  * (the gzip trailer, and nothing after the tensor). The bytes go to
@@ -209,7 +218,7 @@ static int idx_stream(gzFile f, const char *path, uint64_t count, uint8_t *bytes
         rc = gz_read_all(f, to, want, &got);
         if (rc == 0 && x)
             for (size_t i = 0; i < got; i++)
-                x[done + i] = (float)to[i] / 255.0f;
+                x[done + i] = pixel(to[i]);
         done += got;
         if (rc != 0 || got < want)
             break;
@@ -290,8 +299,8 @@ static void *alloc_set(size_t bytes)
     return p;
 }
 
-int zps_dataset_load_idx(const char *images_path, const char *labels_path, uint32_t classes,
-                         zps_dataset_t *out, char *err, size_t err_size)
+static int load_idx(const char *images_path, const char *labels_path, uint32_t classes,
+                    bool keep_bytes, zps_dataset_t *out, char *err, size_t err_size)
 {
     zps_idx_t img, lab = {0};
     zps_dataset_t ds = {0};
@@ -333,14 +342,17 @@ int zps_dataset_load_idx(const char *images_path, const char *labels_path, uint3
     ds.n = img.dims[0];
     ds.dim = img.dims[1] * img.dims[2];
     ds.classes = classes;
-    ds.x = alloc_set(img.count * sizeof(float));
+    if (keep_bytes)
+        ds.bytes = alloc_set(img.count);
+    else
+        ds.x = alloc_set(img.count * sizeof(float));
     ds.label = malloc(ds.n * sizeof(int32_t));
-    if (!ds.x || !ds.label) {
+    if ((!ds.x && !ds.bytes) || !ds.label) {
         zps_set_reason(err, err_size, "%s: out of memory", images_path);
         rc = ZPS_ENOMEM;
         goto fail;
     }
-    rc = idx_stream(f, images_path, img.count, NULL, ds.x, err, err_size);
+    rc = idx_stream(f, images_path, img.count, ds.bytes, ds.x, err, err_size);
     f = NULL;
     if (rc)
         goto fail;
@@ -356,6 +368,18 @@ fail:
     zps_dataset_fini(&ds);
     free(lab.data);
     return rc;
+}
+
+int zps_dataset_load_idx(const char *images_path, const char *labels_path, uint32_t classes,
+                         zps_dataset_t *out, char *err, size_t err_size)
+{
+    return load_idx(images_path, labels_path, classes, false, out, err, err_size);
+}
+
+int zps_dataset_load_idx_bytes(const char *images_path, const char *labels_path, uint32_t classes,
+                               zps_dataset_t *out, char *err, size_t err_size)
+{
+    return load_idx(images_path, labels_path, classes, true, out, err, err_size);
 }
 
 /* The image and label paths of a Fashion-MNIST split, or ZPS_EINVAL. */
@@ -375,12 +399,18 @@ static int fashion_paths(const char *dir, const char *split, char images[PATH_MA
     return 0;
 }
 
-int zps_dataset_load_fashion_mnist(const char *dir, const char *split, zps_dataset_t *out,
-                                   char *err, size_t err_size)
+static int load_fashion(const char *dir, const char *split, bool keep_bytes, zps_dataset_t *out,
+                        char *err, size_t err_size)
 {
     char images[PATH_MAX], labels[PATH_MAX];
     int rc = fashion_paths(dir, split, images, labels, err, err_size);
-    return rc ? rc : zps_dataset_load_idx(images, labels, 10, out, err, err_size);
+    return rc ? rc : load_idx(images, labels, 10, keep_bytes, out, err, err_size);
+}
+
+int zps_dataset_load_fashion_mnist(const char *dir, const char *split, zps_dataset_t *out,
+                                   char *err, size_t err_size)
+{
+    return load_fashion(dir, split, false, out, err, err_size);
 }
 
 /*
@@ -593,7 +623,7 @@ int zps_dataset_open_parts(const char *spec, const char *dir, uint64_t seed, uns
     int rc;
     if (strcmp(spec, "fashion-mnist") == 0) {
         rc = parts & ZPS_DATA_TRAIN
-                 ? zps_dataset_load_fashion_mnist(dir, "train", &tr, err, err_size)
+                 ? load_fashion(dir, "train", parts & ZPS_DATA_BYTES, &tr, err, err_size)
                  : fashion_shape(dir, "train", &tr, err, err_size);
         if (rc)
             return rc;
@@ -679,10 +709,17 @@ int zps_dataset_train_size(const char *spec, const char *dir, uint64_t *n_train,
 void zps_dataset_gather(const zps_dataset_t *ds, const uint32_t *idx, size_t count, float *x,
                         int32_t *label, float *target)
 {
-    ZPS_ASSERT(ds->x || count == 0); /* not a set opened for its shape only */
+    ZPS_ASSERT(ds->x || ds->bytes || count == 0); /* not a set opened for its shape only */
     for (size_t i = 0; i < count; i++) {
         ZPS_ASSERT(idx[i] < ds->n);
-        memcpy(x + i * ds->dim, ds->x + (size_t)idx[i] * ds->dim, ds->dim * sizeof(float));
+        float *to = x + i * ds->dim;
+        if (ds->x) {
+            memcpy(to, ds->x + (size_t)idx[i] * ds->dim, ds->dim * sizeof(float));
+        } else {
+            const uint8_t *from = ds->bytes + (size_t)idx[i] * ds->dim;
+            for (uint32_t j = 0; j < ds->dim; j++)
+                to[j] = pixel(from[j]);
+        }
         if (label && ds->label)
             label[i] = ds->label[idx[i]];
         if (target && ds->target)

@@ -35,7 +35,9 @@ typedef struct zps_dataset {
     uint64_t n;       /* examples */
     uint32_t dim;     /* features per example */
     uint32_t classes; /* classification: labels are in [0, classes); 0 for regression */
-    float *x;         /* [n, dim] row-major; images scaled to [0, 1] */
+    float *x;         /* [n, dim] row-major; images scaled to [0, 1]; NULL when bytes is set */
+    uint8_t *bytes;   /* images kept as read ([n, dim], x = byte / 255, ZPS_DATA_BYTES):
+                         zps_dataset_gather converts a batch at a time; else NULL */
     int32_t *label;   /* [n] when classes > 0, else NULL */
     float *target;    /* [n] when classes == 0 (regression), else NULL */
     float *true_w;    /* synthetic sets: the generating weights, [dim] for regression,
@@ -86,6 +88,13 @@ int zps_idx_read_header(const char *path, zps_idx_t *out, char *err, size_t err_
  */
 int zps_dataset_load_idx(const char *images_path, const char *labels_path, uint32_t classes,
                          zps_dataset_t *out, char *err, size_t err_size);
+
+/*
+ * zps_dataset_load_idx keeping the image bytes as read (out->bytes, x NULL):
+ * a quarter of the memory, for a set that is only gathered in batches.
+ */
+int zps_dataset_load_idx_bytes(const char *images_path, const char *labels_path, uint32_t classes,
+                               zps_dataset_t *out, char *err, size_t err_size);
 
 /* Where Debian's dataset-fashion-mnist package puts the files: the default --data-dir. */
 #define ZPS_FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
@@ -157,6 +166,11 @@ int zps_dataset_open(const char *spec, const char *dir, uint64_t seed, zps_datas
 /* The parts of a data set that zps_dataset_open_parts loads. */
 #define ZPS_DATA_TRAIN 1u
 #define ZPS_DATA_TEST 2u
+/* With ZPS_DATA_TRAIN: keep Fashion-MNIST's training images as bytes (the
+ * set's `bytes`), for a process that reads the training set only through
+ * zps_dataset_gather. The test set is always float32: backends evaluate it
+ * whole. */
+#define ZPS_DATA_BYTES 4u
 
 /*
  * zps_dataset_open, loading only the parts named in `parts`: for
@@ -172,7 +186,8 @@ int zps_dataset_open_parts(const char *spec, const char *dir, uint64_t seed, uns
 
 /*
  * Copies the examples idx[0..count) into x [count, dim] and, as the set has
- * them, label [count] or target [count] (either may be NULL to skip).
+ * them, label [count] or target [count] (either may be NULL to skip). A set
+ * kept as bytes is converted here, to the same floats a loaded one holds.
  */
 void zps_dataset_gather(const zps_dataset_t *ds, const uint32_t *idx, size_t count, float *x,
                         int32_t *label, float *target);

@@ -141,20 +141,22 @@ static int load(trainer_t *T)
     }
     uint64_t t0 = zps_now_ns();
     /* An evaluator trains on nothing and a worker that does not evaluate
-     * tests nothing: what a process does not use is read for its shape. */
-    unsigned parts = (cfg->evaluator ? 0 : ZPS_DATA_TRAIN) | (T->evaluates ? ZPS_DATA_TEST : 0);
+     * tests nothing: what a process does not use is read for its shape.
+     * The training set is only gathered (gather below): kept as bytes. */
+    unsigned parts =
+        (cfg->evaluator ? 0 : ZPS_DATA_TRAIN | ZPS_DATA_BYTES) | (T->evaluates ? ZPS_DATA_TEST : 0);
     rc = zps_dataset_open_parts(cfg->data, cfg->data_dir, cfg->seed, parts, &T->train, &T->test,
                                 err, sizeof(err));
     if (rc) {
         zps_error("data: %s", err);
         return rc;
     }
+    const char *what = !(parts & ZPS_DATA_TEST)    ? "the training set loaded"
+                       : !(parts & ZPS_DATA_TRAIN) ? "the test set loaded"
+                                                   : "loaded";
     zps_info("data %s: %llu training and %llu test examples of %u features, %s in %.2f s",
              cfg->data, (unsigned long long)T->train.n, (unsigned long long)T->test.n, T->train.dim,
-             parts == (ZPS_DATA_TRAIN | ZPS_DATA_TEST) ? "loaded"
-             : parts & ZPS_DATA_TRAIN                  ? "the training set loaded"
-                                                       : "the test set loaded",
-             ms_since(t0) / 1e3);
+             what, ms_since(t0) / 1e3);
 
     const char *spec = cfg->model;
     char def[64];

@@ -499,8 +499,10 @@ static void test_fashion_mnist_shapes(void **state)
     zps_dataset_fini(&te);
 
     /* One part only: the other has its shape from its headers and no
-     * examples; the loaded part is the same as when both are loaded. */
-    for (unsigned parts = 0; parts < 4; parts++) {
+     * examples; the loaded part is the same as when both are loaded. With
+     * ZPS_DATA_BYTES the training images stay bytes, and gather to the same
+     * floats, bit for bit. */
+    for (unsigned parts = 0; parts < 8; parts++) {
         rc = zps_dataset_open_parts("fashion-mnist", tmpdir, 1, parts, &tr, &te, err, sizeof(err));
         if (rc)
             fail_msg("parts %u: %s", parts, err);
@@ -511,14 +513,28 @@ static void test_fashion_mnist_shapes(void **state)
             assert_int_equal(d->dim, 6);
             assert_int_equal(d->classes, 10);
             if (parts & (k ? ZPS_DATA_TEST : ZPS_DATA_TRAIN)) {
-                assert_non_null(d->x);
                 assert_non_null(d->label);
-                for (size_t i = 0; i < sizeof(pixels); i++)
-                    assert_true(d->x[i] == (float)pixels[i] / 255.0f);
+                float got[4 * 6];
+                uint32_t order[4] = {0, 1, 2, 3};
+                int32_t lab[4];
+                if (!k && (parts & ZPS_DATA_BYTES)) {
+                    assert_null(d->x);
+                    assert_non_null(d->bytes);
+                    assert_memory_equal(d->bytes, pixels, sizeof(pixels));
+                } else {
+                    assert_non_null(d->x);
+                    assert_null(d->bytes);
+                }
+                zps_dataset_gather(d, order, 4, got, lab, NULL);
+                for (size_t i = 0; i < sizeof(pixels); i++) {
+                    float want = (float)pixels[i] / 255.0f;
+                    assert_memory_equal(&got[i], &want, sizeof(float));
+                }
                 for (size_t i = 0; i < 4; i++)
                     assert_int_equal(d->label[i], labels[i]);
             } else {
                 assert_null(d->x);
+                assert_null(d->bytes);
                 assert_null(d->label);
             }
         }
@@ -862,6 +878,35 @@ static void test_fashion_mnist(void **state)
     }
     assert_true(lo == 0.0f);
     assert_true(hi == 1.0f);
+    /* Kept as bytes (what a training worker does), every example gathers
+     * to the floats of the set loaded as floats, bit for bit. */
+    zps_dataset_t tb, none;
+    rc = zps_dataset_open_parts("fashion-mnist", dir, 1, ZPS_DATA_TRAIN | ZPS_DATA_BYTES, &tb,
+                                &none, err, sizeof(err));
+    if (rc)
+        fail_msg("%s", err);
+    assert_null(tb.x);
+    assert_null(none.x);
+    assert_int_equal(none.n, 10000);
+    enum { PIECE = 1000 };
+    uint32_t idx[PIECE];
+    int32_t lab[PIECE];
+    float *got = malloc((size_t)PIECE * tr.dim * sizeof(float));
+    assert_non_null(got);
+    for (uint64_t lo_i = 0; lo_i < tr.n; lo_i += PIECE) {
+        for (uint32_t i = 0; i < PIECE; i++)
+            idx[i] = (uint32_t)(tr.n - 1 - (lo_i + i)); /* backwards: any order */
+        zps_dataset_gather(&tb, idx, PIECE, got, lab, NULL);
+        for (uint32_t i = 0; i < PIECE; i++) {
+            if (memcmp(got + (size_t)i * tr.dim, tr.x + (size_t)idx[i] * tr.dim,
+                       tr.dim * sizeof(float)) != 0)
+                fail_msg("example %u gathers to other floats from bytes", idx[i]);
+            assert_int_equal(lab[i], tr.label[idx[i]]);
+        }
+    }
+    free(got);
+    zps_dataset_fini(&tb);
+    zps_dataset_fini(&none);
     zps_dataset_fini(&tr);
     zps_dataset_fini(&te);
 }
