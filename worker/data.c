@@ -299,6 +299,28 @@ static void *alloc_set(size_t bytes)
     return p;
 }
 
+/* An image and a label header that make a data set: ranks 3 and 1, one label an image. */
+static int check_pair(const char *images_path, const zps_idx_t *img, const char *labels_path,
+                      const zps_idx_t *lab, char *err, size_t err_size)
+{
+    if (img->ndims != 3) {
+        zps_set_reason(err, err_size, "%s: images must have 3 dimensions [N, rows, cols], found %u",
+                       images_path, img->ndims);
+        return ZPS_EDATA;
+    }
+    if (lab->ndims != 1) {
+        zps_set_reason(err, err_size, "%s: labels must have 1 dimension [N], found %u", labels_path,
+                       lab->ndims);
+        return ZPS_EDATA;
+    }
+    if (img->dims[0] != lab->dims[0]) {
+        zps_set_reason(err, err_size, "%s has %u labels but %s has %u images", labels_path,
+                       lab->dims[0], images_path, img->dims[0]);
+        return ZPS_EDATA;
+    }
+    return 0;
+}
+
 static int load_idx(const char *images_path, const char *labels_path, uint32_t classes,
                     bool keep_bytes, zps_dataset_t *out, char *err, size_t err_size)
 {
@@ -312,24 +334,8 @@ static int load_idx(const char *images_path, const char *labels_path, uint32_t c
         return rc;
     if ((rc = zps_idx_read(labels_path, &lab, err, err_size)) != 0)
         goto fail;
-    if (img.ndims != 3) {
-        zps_set_reason(err, err_size, "%s: images must have 3 dimensions [N, rows, cols], found %u",
-                       images_path, img.ndims);
-        rc = ZPS_EDATA;
+    if ((rc = check_pair(images_path, &img, labels_path, &lab, err, err_size)) != 0)
         goto fail;
-    }
-    if (lab.ndims != 1) {
-        zps_set_reason(err, err_size, "%s: labels must have 1 dimension [N], found %u", labels_path,
-                       lab.ndims);
-        rc = ZPS_EDATA;
-        goto fail;
-    }
-    if (img.dims[0] != lab.dims[0]) {
-        zps_set_reason(err, err_size, "%s has %u labels but %s has %u images", labels_path,
-                       lab.dims[0], images_path, img.dims[0]);
-        rc = ZPS_EDATA;
-        goto fail;
-    }
     for (uint32_t i = 0; i < lab.dims[0]; i++) {
         if (lab.data[i] >= classes) {
             zps_set_reason(err, err_size, "%s: label %u of example %u is out of range [0, %u)",
@@ -376,12 +382,6 @@ int zps_dataset_load_idx(const char *images_path, const char *labels_path, uint3
     return load_idx(images_path, labels_path, classes, false, out, err, err_size);
 }
 
-int zps_dataset_load_idx_bytes(const char *images_path, const char *labels_path, uint32_t classes,
-                               zps_dataset_t *out, char *err, size_t err_size)
-{
-    return load_idx(images_path, labels_path, classes, true, out, err, err_size);
-}
-
 /* The image and label paths of a Fashion-MNIST split, or ZPS_EINVAL. */
 static int fashion_paths(const char *dir, const char *split, char images[PATH_MAX],
                          char labels[PATH_MAX], char *err, size_t err_size)
@@ -425,23 +425,9 @@ static int fashion_shape(const char *dir, const char *split, zps_dataset_t *out,
     zps_idx_t img, lab;
     int rc = fashion_paths(dir, split, images, labels, err, err_size);
     if (rc || (rc = zps_idx_read_header(images, &img, err, err_size)) != 0 ||
-        (rc = zps_idx_read_header(labels, &lab, err, err_size)) != 0)
+        (rc = zps_idx_read_header(labels, &lab, err, err_size)) != 0 ||
+        (rc = check_pair(images, &img, labels, &lab, err, err_size)) != 0)
         return rc;
-    if (img.ndims != 3) {
-        zps_set_reason(err, err_size, "%s: images must have 3 dimensions [N, rows, cols], found %u",
-                       images, img.ndims);
-        return ZPS_EDATA;
-    }
-    if (lab.ndims != 1) {
-        zps_set_reason(err, err_size, "%s: labels must have 1 dimension [N], found %u", labels,
-                       lab.ndims);
-        return ZPS_EDATA;
-    }
-    if (img.dims[0] != lab.dims[0]) {
-        zps_set_reason(err, err_size, "%s has %u labels but %s has %u images", labels, lab.dims[0],
-                       images, img.dims[0]);
-        return ZPS_EDATA;
-    }
     memset(out, 0, sizeof(*out));
     out->n = img.dims[0];
     out->dim = img.dims[1] * img.dims[2];

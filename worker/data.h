@@ -89,13 +89,6 @@ int zps_idx_read_header(const char *path, zps_idx_t *out, char *err, size_t err_
 int zps_dataset_load_idx(const char *images_path, const char *labels_path, uint32_t classes,
                          zps_dataset_t *out, char *err, size_t err_size);
 
-/*
- * zps_dataset_load_idx keeping the image bytes as read (out->bytes, x NULL):
- * a quarter of the memory, for a set that is only gathered in batches.
- */
-int zps_dataset_load_idx_bytes(const char *images_path, const char *labels_path, uint32_t classes,
-                               zps_dataset_t *out, char *err, size_t err_size);
-
 /* Where Debian's dataset-fashion-mnist package puts the files: the default --data-dir. */
 #define ZPS_FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
 
