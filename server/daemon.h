@@ -135,8 +135,9 @@ void zps_daemon_drain(zps_daemon_t *d);
 uint64_t zps_daemon_listening_ns(const zps_daemon_t *d);
 
 /*
- * The model is known (INIT, or a resumed checkpoint): the limits that depend
- * on the shard's size follow it (server.c; conns.h).
+ * The model is known (INIT, or a resumed checkpoint), or the shared-memory
+ * segment was just made: the limits that depend on the shard's size and on
+ * what it holds follow (server.c; conns.h).
  */
 void zps_daemon_model_known(zps_daemon_t *d);
 

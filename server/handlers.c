@@ -640,6 +640,7 @@ void zps_handle_shm(zps_daemon_t *d, zps_request_t *r)
         }
         zps_info("shared memory %s for workers on this host (%llu bytes)", d->shm.name,
                  (unsigned long long)zps_shm_bytes(&d->shm));
+        zps_daemon_model_known(d); /* the memory bound now counts the segment */
     }
     if (!zps_shm_grant(&d->shm, r->peer->fd, (uint32_t)req->worker, why, sizeof(why))) {
         zps_reply_error(d, r, ZPS_EBUSY, "%s", why);

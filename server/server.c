@@ -454,8 +454,11 @@ void zps_daemon_model_known(zps_daemon_t *d)
      * of a copy: */
     uint64_t reply = ZPS_REPLY_POOL + w + ZPS_REPLY_OBSERVER_COPIES;
     /* The shared-memory segment (shm.h): a slot per worker, w + 2 buffers;
-     * and two private copies of each worker's pushes. */
-    uint64_t shm = cfg->no_shm ? 0 : 4 * w + 2;
+     * and two private copies of each worker's pushes. Counted once the
+     * segment exists (the first session's grant calls this again), as
+     * connections are counted while they are open: a shard that no worker
+     * on its host uses never holds it. */
+    uint64_t shm = zps_shm_ready(&d->shm) ? 4 * w + 2 : 0;
     uint64_t halves = 2 * ((1 + k) + (cfg->consistency.mode == ZPS_MODE_BSP ? w : 0) + 1 + reply +
                            (1 + k) + shm) +
                       reply;

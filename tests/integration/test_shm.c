@@ -125,12 +125,34 @@ static long long shm_stat(const char *json, const char *field)
     return n;
 }
 
+/*
+ * A shard's memory_bound_bytes less its connections' share (256 KiB each,
+ * docs/protocol.md), which moves as clients come and go.
+ */
+static long long bound_less_connections(zps_client_t *c, size_t shard)
+{
+    char *json = NULL;
+    assert_int_equal(zps_client_stats(c, shard, &json), 0);
+    zps_json_t *j = NULL;
+    assert_int_equal(zps_json_parse(json, &j, NULL, 0), 0);
+    double bound =
+        zps_json_number(zps_json_get(zps_json_get(j, "limits"), "memory_bound_bytes"), -1);
+    double open = zps_json_number(zps_json_get(zps_json_get(j, "connections"), "open"), -1);
+    assert_true(bound > 0 && open >= 1);
+    zps_json_free(j);
+    free(json);
+    return (long long)bound - (long long)open * 256 * 1024;
+}
+
 static void run_two_workers(bool no_shm)
 {
     harness_server_t srv[2];
     start(srv, 2, "bsp", "2", no_shm);
     zps_client_t *c = client(srv, 2, 0, false);
     assert_int_equal(zps_client_init(c, w0, N), 0);
+    long long bound0[2];
+    for (size_t s = 0; s < 2; s++)
+        bound0[s] = bound_less_connections(c, s);
     zps_client_free(c);
 
     pthread_t th[2];
@@ -172,6 +194,11 @@ static void run_two_workers(bool no_shm)
             assert_true(shm_stat(json, "bytes") > 0);
         }
         free(json);
+        /* The memory bound counts the segment once it exists: W slots and
+         * W + 2 buffers, and two private copies of each worker's pushes,
+         * (4W + 2) x 5 floats here; without shared memory it never grows. */
+        long long grew = bound_less_connections(c, s) - bound0[s];
+        assert_int_equal(grew, no_shm ? 0 : (4 * 2 + 2) * 5 * (long long)sizeof(float));
     }
     zps_client_free(c);
     for (int i = 0; i < 2; i++)
