@@ -672,23 +672,17 @@ int zps_dataset_train_size(const char *spec, const char *dir, uint64_t *n_train,
                        "unknown data set '%s' (fashion-mnist or synthetic[:options])", spec);
         return ZPS_EINVAL;
     }
-    char path[4096];
-    snprintf(path, sizeof(path), "%s/train-labels-idx1-ubyte.gz", dir);
-    gzFile f = gzopen(path, "rb");
-    if (!f) {
-        zps_set_reason(err, err_size, "%s: cannot open: %s", path, strerror(errno));
-        return ZPS_EIO;
-    }
-    unsigned char h[8];
-    int got = gzread(f, h, sizeof(h));
-    gzclose(f);
-    /* IDX: two zero bytes, type 0x08 (unsigned byte), 1 dimension, then the
-     * count as a big-endian 32-bit integer. */
-    if (got != (int)sizeof(h) || h[0] != 0 || h[1] != 0 || h[2] != 0x08 || h[3] != 1) {
-        zps_set_reason(err, err_size, "%s: not an IDX label file", path);
+    char images[PATH_MAX], labels[PATH_MAX];
+    zps_idx_t lab;
+    int rc = fashion_paths(dir, "train", images, labels, err, err_size);
+    if (rc || (rc = zps_idx_read_header(labels, &lab, err, err_size)) != 0)
+        return rc;
+    if (lab.ndims != 1) {
+        zps_set_reason(err, err_size, "%s: labels must have 1 dimension [N], found %u", labels,
+                       lab.ndims);
         return ZPS_EDATA;
     }
-    *n_train = (uint64_t)h[4] << 24 | (uint64_t)h[5] << 16 | (uint64_t)h[6] << 8 | h[7];
+    *n_train = lab.dims[0];
     return 0;
 }
 

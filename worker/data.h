@@ -138,8 +138,8 @@ int zps_dataset_synthetic_classes(const zps_synth_opts_t *o, bool test, zps_data
  * What a --data flag names, without loading it: checks the spec (the
  * synthetic options are parsed as zps_dataset_open parses them) and writes
  * the number of training examples to *n_train: n= for a synthetic set, the
- * count in the header of Fashion-MNIST's training label file (the first 8
- * bytes, read through zlib) for "fashion-mnist". Returns 0, ZPS_EINVAL (a bad
+ * count in the header of Fashion-MNIST's training label file
+ * (zps_idx_read_header) for "fashion-mnist". Returns 0, ZPS_EINVAL (a bad
  * spec) or the errors of zps_idx_read with a one-line reason in err. For
  * tools that plan a run (zps launch) before any worker loads the data.
  */
