@@ -60,6 +60,22 @@ void zps_message_close(zps_message_t *msg)
     msg->hdr.json = NULL;
 }
 
+void zps_message_move(zps_message_t *dst, zps_message_t *src)
+{
+    *dst = *src;
+    if (src->has_payload && !src->frames) {
+        /* zmq_msg_t is moved by ZeroMQ, not by copying it (a small one holds its bytes). */
+        zmq_msg_init(&dst->payload);
+        zmq_msg_move(&dst->payload, &src->payload);
+        zmq_msg_close(&src->payload);
+    }
+    src->frames = NULL;
+    src->nframes = 0;
+    src->has_payload = false;
+    src->json = NULL;
+    src->hdr.json = NULL;
+}
+
 /* Copies the fields of a decoded protobuf header into our plain struct. */
 static void header_from_pb(zps_header_t *h, const Zps__Header *pb)
 {

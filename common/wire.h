@@ -207,6 +207,12 @@ int zps_message_copy_verified(zps_message_t *msg, float *dst);
 /* Releases what a received message holds. Safe to call twice. */
 void zps_message_close(zps_message_t *msg);
 
+/*
+ * Moves a received message to dst (uninitialised), frames, payload and
+ * JSON with it, to be handled later; src is left with nothing to release.
+ */
+void zps_message_move(zps_message_t *dst, zps_message_t *src);
+
 /* The payload of a received message as floats (NULL when it has none, when
  * it is still bfloat16, or still in frames: zps_message_copy_verified). */
 static inline const float *zps_message_floats(zps_message_t *msg)
