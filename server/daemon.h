@@ -43,6 +43,33 @@ typedef struct zps_slot {
     uint64_t update_staleness; /* what its step will record (the consistency decision's) */
 } zps_slot_t;
 
+/*
+ * The BSP step being taken (handlers.c, "BSP steps"): its arguments and
+ * result, and while it runs off the loop's thread, the push whose reply
+ * waits for it.
+ */
+typedef struct zps_step {
+    uv_work_t work;
+    struct zps_daemon *d;
+    bool running; /* queued or running on a threadpool thread */
+    uint64_t clock;
+    uint32_t k;             /* pushes, their ranks in d->ranks */
+    double g_max;           /* the largest |g| of them */
+    float *dst;             /* the reply copy written in the step's pass, or NULL */
+    zps_reply_buf_t *buf;   /* dst's reply-cache buffer, or NULL */
+    int shm_buf;            /* dst's shared-memory buffer, or -1 */
+    bool ok;                /* the step was finite, and taken */
+    size_t where;           /* if not: where it would not have been */
+    uint32_t crc;           /* of dst */
+    uint32_t refused;       /* steps refused since the push below (or the tick) began them */
+    /* The push that made the steps due, answered once they are taken. */
+    bool answer_push;
+    zps_peer_t push_peer;
+    zps_header_t push_req;   /* its request (json NULL) */
+    zps_header_t push_reply; /* its reply, as it stood before the steps */
+    uint32_t push_reply_flags;
+} zps_step_t;
+
 typedef struct zps_daemon {
     const zps_server_config_t *cfg;
     uint64_t fingerprint; /* zps_fingerprint(cfg), computed once: cfg never changes */
@@ -80,6 +107,13 @@ typedef struct zps_daemon {
     zps_store_t store;
     zps_consistency_t *consistency;
     zps_slot_t *slots; /* [W] */
+    zps_step_t step;
+    /* While a step runs off the loop's thread, the first request that
+     * touches the model waits here, and the sockets are not read past it
+     * (server.c); a SIGINT or SIGTERM waits for the step too. */
+    bool held;
+    zps_message_t held_msg;
+    int stop_signal;
 
     /* Scratch, reused by every BSP step and every batch of ready pulls. */
     uint32_t *ranks;       /* [W] */
@@ -140,5 +174,12 @@ uint64_t zps_daemon_listening_ns(const zps_daemon_t *d);
  * what it holds follow (server.c; conns.h).
  */
 void zps_daemon_model_known(zps_daemon_t *d);
+
+/*
+ * The steps that ran off the loop's thread are all taken and answered
+ * (handlers.c): the held request is served, or a signal that came meanwhile
+ * acted on, and the sockets are read again (server.c).
+ */
+void zps_daemon_steps_done(zps_daemon_t *d);
 
 #endif

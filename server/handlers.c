@@ -3,11 +3,13 @@
  */
 #include "handlers.h"
 
+#include <errno.h>
 #include <math.h>
 #include <sodium.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ckpt_queue.h"
 #include "daemon.h"
@@ -304,79 +306,189 @@ void zps_handle_init(zps_daemon_t *d, zps_request_t *r)
     zps_handlers_answer_ready(d);
 }
 
-/* ---- PUSH and BSP steps ---- */
+/* ---- BSP steps ---- */
 
 /*
- * Takes every BSP step that is due. A step whose result would not be finite
- * is refused (consistency.h, zps_consistency_step_refused): the parameters
- * stay as they are, the clock moves on, and its buffered pushes are
- * discarded, counted and logged. Returns how many steps were refused.
+ * A step is taken in three parts: step_begin (loop thread) gathers the k
+ * pushes and reserves the buffer its reply copy goes to, step_compute (any
+ * thread) checks that the result is finite and takes it, step_end (loop
+ * thread) releases the pushes and moves the clock on. A shard of at least
+ * --background-step-bytes runs step_compute on a threadpool thread
+ * (uv_queue_work; the step's own chunks then go to the helper threads as
+ * ever, pool.h): the loop goes on with connections, timers, signals and the
+ * requests that do not touch the model, and holds back the first one that
+ * does (server.c) until every step due is taken. Nothing the step reads or
+ * writes -- the store, the buffered pushes, the reserved buffer, the scratch
+ * arrays -- is touched by the loop meanwhile.
  */
-static uint32_t take_steps(zps_daemon_t *d)
+
+/* Gathers the next step that is due into d->step; false when none is. */
+static bool step_begin(zps_daemon_t *d)
 {
-    uint64_t clock;
-    uint32_t k, refused = 0;
-    while (zps_consistency_step_due(d->consistency, &clock, d->ranks, &k)) {
-        /* The largest |g| of all k pushes: the store's bound on the mean. */
-        double g_max = 0.0;
-        for (uint32_t j = 0; j < k; j++) {
-            zps_slot_t *sl = &d->slots[d->ranks[j]];
-            ZPS_ASSERT(sl->full);
-            d->segs[j] = (zps_grad_segs_t){sl->grad.seg, sl->grad.seg_len};
-            d->batches[j] = sl->batch;
-            g_max = !(sl->abs_max <= g_max) ? (double)sl->abs_max : g_max;
-        }
-        size_t where = 0;
-        bool ok = zps_store_check_mean_segs(&d->store, d->segs, d->batches, k, g_max, d->grads,
-                                            &where) == 0;
-        zps_reply_buf_t *b = NULL;
-        int shm_buf = -1;
-        uint32_t crc = 0;
-        if (ok) {
-            for (uint32_t j = 0; j < k; j++)
-                zps_vhist_add(&d->update_staleness, d->slots[d->ranks[j]].update_staleness);
-            /* Every worker pulls the version this step makes: its payload is
-             * copied and checksummed in the step's own pass over memory,
-             * into shared memory while workers read from there (shm.h). */
-            float *dst = zps_shm_reserve(&d->shm, &shm_buf);
-            if (!dst) {
-                b = zps_reply_cache_reserve(&d->reply_cache, d->store.len);
-                dst = b ? b->data : NULL;
-            }
-            crc = zps_store_step_mean_segs(&d->store, d->segs, d->batches, k, g_max, d->grads, dst);
-        }
-        for (uint32_t j = 0; j < k; j++) {
-            zps_slot_t *sl = &d->slots[d->ranks[j]];
-            zps_payload_close(&sl->grad);
-            sl->full = false;
-        }
-        if (ok) {
-            zps_consistency_step_done(d->consistency);
-            if (b)
-                zps_reply_cache_fill(&d->reply_cache, b, d->store.len,
-                                     zps_consistency_version(d->consistency), crc);
-            if (shm_buf >= 0)
-                zps_shm_fill(&d->shm, shm_buf, zps_consistency_version(d->consistency), crc);
-            d->count.steps++;
-            zps_debug("step for clock %llu from %u pushes", (unsigned long long)clock, k);
-        } else {
-            zps_consistency_step_refused(d->consistency);
-            d->count.steps_refused++;
-            d->count.buffered_discarded += k;
-            refused++;
-            zps_warn("step for clock %llu refused: it would make a parameter or optimizer state "
-                     "non-finite from element %llu; its %u buffered pushes are discarded (STATS "
-                     "buffered_discarded) and the clock goes on with the parameters unchanged",
-                     (unsigned long long)clock, (unsigned long long)(d->store.range.lo + where), k);
-        }
-        zps_ckpt_queue_maybe(d);
+    zps_step_t *s = &d->step;
+    uint32_t k;
+    if (!zps_consistency_step_due(d->consistency, &s->clock, d->ranks, &k))
+        return false;
+    s->k = k;
+    /* The largest |g| of all k pushes: the store's bound on the mean. */
+    s->g_max = 0.0;
+    for (uint32_t j = 0; j < k; j++) {
+        zps_slot_t *sl = &d->slots[d->ranks[j]];
+        ZPS_ASSERT(sl->full);
+        d->segs[j] = (zps_grad_segs_t){sl->grad.seg, sl->grad.seg_len};
+        d->batches[j] = sl->batch;
+        s->g_max = !(sl->abs_max <= s->g_max) ? (double)sl->abs_max : s->g_max;
     }
-    return refused;
+    /* Every worker pulls the version this step makes: its payload is
+     * copied and checksummed in the step's own pass over memory, into
+     * shared memory while workers read from there (shm.h). */
+    s->buf = NULL;
+    s->shm_buf = -1;
+    s->dst = zps_shm_reserve(&d->shm, &s->shm_buf);
+    if (!s->dst) {
+        s->buf = zps_reply_cache_reserve(&d->reply_cache, d->store.len);
+        s->dst = s->buf ? s->buf->data : NULL;
+    }
+    s->ok = false;
+    s->where = 0;
+    s->crc = 0;
+    return true;
+}
+
+static void step_compute(zps_step_t *s)
+{
+    zps_daemon_t *d = s->d;
+    if (d->cfg->step_delay_ms) {
+        struct timespec t = {d->cfg->step_delay_ms / 1000,
+                             (long)(d->cfg->step_delay_ms % 1000) * 1000000L};
+        while (nanosleep(&t, &t) != 0 && errno == EINTR)
+            ;
+    }
+    s->ok = zps_store_check_mean_segs(&d->store, d->segs, d->batches, s->k, s->g_max, d->grads,
+                                      &s->where) == 0;
+    if (s->ok)
+        s->crc = zps_store_step_mean_segs(&d->store, d->segs, d->batches, s->k, s->g_max, d->grads,
+                                          s->dst);
+}
+
+/*
+ * A step whose result would not be finite is refused (consistency.h,
+ * zps_consistency_step_refused): the parameters stay as they are, the clock
+ * moves on, and its buffered pushes are discarded, counted and logged.
+ */
+static void step_end(zps_daemon_t *d)
+{
+    zps_step_t *s = &d->step;
+    if (s->ok)
+        for (uint32_t j = 0; j < s->k; j++)
+            zps_vhist_add(&d->update_staleness, d->slots[d->ranks[j]].update_staleness);
+    for (uint32_t j = 0; j < s->k; j++) {
+        zps_slot_t *sl = &d->slots[d->ranks[j]];
+        zps_payload_close(&sl->grad);
+        sl->full = false;
+    }
+    if (s->ok) {
+        zps_consistency_step_done(d->consistency);
+        if (s->buf)
+            zps_reply_cache_fill(&d->reply_cache, s->buf, d->store.len,
+                                 zps_consistency_version(d->consistency), s->crc);
+        if (s->shm_buf >= 0)
+            zps_shm_fill(&d->shm, s->shm_buf, zps_consistency_version(d->consistency), s->crc);
+        d->count.steps++;
+        zps_debug("step for clock %llu from %u pushes", (unsigned long long)s->clock, s->k);
+    } else {
+        /* Nothing was written: the reserved buffer goes back unused. */
+        if (s->buf)
+            zps_reply_cache_unreserve(&d->reply_cache, s->buf);
+        zps_consistency_step_refused(d->consistency);
+        d->count.steps_refused++;
+        d->count.buffered_discarded += s->k;
+        s->refused++;
+        zps_warn("step for clock %llu refused: it would make a parameter or optimizer state "
+                 "non-finite from element %llu; its %u buffered pushes are discarded (STATS "
+                 "buffered_discarded) and the clock goes on with the parameters unchanged",
+                 (unsigned long long)s->clock, (unsigned long long)(d->store.range.lo + s->where),
+                 s->k);
+    }
+    s->buf = NULL;
+    s->dst = NULL;
+    zps_ckpt_queue_maybe(d);
+}
+
+static void step_work(uv_work_t *w)
+{
+    step_compute(w->data);
+}
+
+static void finish_push(zps_daemon_t *d);
+static bool take_steps(zps_daemon_t *d);
+
+static void step_after(uv_work_t *w, int status)
+{
+    zps_step_t *s = w->data;
+    zps_daemon_t *d = s->d;
+    s->running = false;
+    if (status != 0) /* never cancelled; should it be, the step is still due */
+        step_compute(s);
+    step_end(d);
+    if (take_steps(d))
+        return; /* the next one due runs: what waits, waits for it too */
+    if (s->answer_push)
+        finish_push(d);
+    zps_handlers_answer_ready(d);
+    zps_daemon_steps_done(d);
+}
+
+/*
+ * Takes every BSP step that is due, adding those refused to d->step.refused.
+ * True when one was left running off the loop's thread: the rest (the next
+ * steps, the answers) then follows from step_after.
+ */
+static bool take_steps(zps_daemon_t *d)
+{
+    zps_step_t *s = &d->step;
+    if (s->running)
+        return true;
+    while (step_begin(d)) {
+        if ((uint64_t)d->store.len * sizeof(float) >= d->cfg->background_step_bytes) {
+            s->d = d;
+            s->work.data = s;
+            if (uv_queue_work(&d->loop, &s->work, step_work, step_after) == 0) {
+                s->running = true;
+                d->count.steps_background++;
+                return true;
+            }
+        }
+        s->d = d;
+        step_compute(s);
+        step_end(d);
+    }
+    return false;
 }
 
 void zps_handlers_take_steps(zps_daemon_t *d)
 {
     (void)take_steps(d);
+}
+
+bool zps_handlers_stepping(const zps_daemon_t *d)
+{
+    return d->step.running;
+}
+
+/* ---- PUSH ---- */
+
+static void push_done(zps_daemon_t *d, zps_request_t *r, zps_header_t *h, bool exchange);
+
+/* The push whose BSP step ran off the loop's thread, answered now that it is taken. */
+static void finish_push(zps_daemon_t *d)
+{
+    zps_step_t *s = &d->step;
+    s->answer_push = false;
+    zps_request_t r = {&s->push_peer, &s->push_req, NULL, s->push_reply_flags};
+    zps_header_t h = s->push_reply;
+    h.flags |= s->refused ? ZPS_FLAG_DROPPED : ZPS_FLAG_BUFFERED;
+    push_done(d, &r, &h, (s->push_req.flags & ZPS_FLAG_EXCHANGE) != 0);
 }
 
 void zps_handle_push(zps_daemon_t *d, zps_request_t *r)
@@ -476,7 +588,20 @@ void zps_handle_push(zps_daemon_t *d, zps_request_t *r)
         /* The step this push completes is taken before the reply, so that
          * its pusher hears of a refused one: its push was not used. */
         zps_reply_header(d, r, &h);
-        h.flags |= take_steps(d) ? ZPS_FLAG_DROPPED : ZPS_FLAG_BUFFERED;
+        zps_step_t *s = &d->step;
+        s->refused = 0;
+        if (take_steps(d)) {
+            /* Running off the loop's thread: answered from step_after. */
+            s->answer_push = true;
+            s->push_peer = *r->peer;
+            s->push_req = *req;
+            s->push_req.json = NULL;
+            s->push_reply = h;
+            s->push_reply_flags = r->reply_flags;
+            zps_payload_close(&got);
+            return;
+        }
+        h.flags |= s->refused ? ZPS_FLAG_DROPPED : ZPS_FLAG_BUFFERED;
         break;
     }
     case ZPS_PUSH_RETRY:
@@ -492,8 +617,15 @@ void zps_handle_push(zps_daemon_t *d, zps_request_t *r)
         break;
     }
     zps_payload_close(&got); /* a retry's or a dropped push's: not kept */
+    push_done(d, r, &h, exchange);
+}
+
+/* The rest of a push once its reply h is known: sent, or the exchange's pull started. */
+static void push_done(zps_daemon_t *d, zps_request_t *r, zps_header_t *h, bool exchange)
+{
+    const zps_header_t *req = r->hdr;
     if (!exchange) {
-        zps_reply_send(d, r, &h);
+        zps_reply_send(d, r, h);
         zps_handlers_take_steps(d);
         zps_handlers_answer_ready(d);
         return;
@@ -514,11 +646,11 @@ void zps_handle_push(zps_daemon_t *d, zps_request_t *r)
     pull.json = NULL;
     /* Every reply to it, an error of its pull too, says the push was taken. */
     uint32_t carry =
-        (h.flags & (ZPS_FLAG_RETRY | ZPS_FLAG_DROPPED | ZPS_FLAG_BUFFERED)) | ZPS_FLAG_TAKEN;
+        (h->flags & (ZPS_FLAG_RETRY | ZPS_FLAG_DROPPED | ZPS_FLAG_BUFFERED)) | ZPS_FLAG_TAKEN;
     zps_request_t pr = *r;
     pr.hdr = &pull;
     pr.reply_flags |= carry;
-    start_pull(d, &pr, carry, h.update_staleness);
+    start_pull(d, &pr, carry, h->update_staleness);
     zps_handlers_answer_ready(d);
 }
 

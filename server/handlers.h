@@ -17,6 +17,8 @@
 #ifndef ZPS_HANDLERS_H
 #define ZPS_HANDLERS_H
 
+#include <stdbool.h>
+
 #include "reply.h"
 
 struct zps_daemon;
@@ -38,8 +40,16 @@ void zps_handle_session(struct zps_daemon *d, zps_request_t *r);
 /* MSG_SHM: a shared-memory session for a worker on this host (shm.h). */
 void zps_handle_shm(struct zps_daemon *d, zps_request_t *r);
 
-/* BSP: takes every step the rules say is due (none under SSP and ASP). */
+/*
+ * BSP: takes every step the rules say is due (none under SSP and ASP), or
+ * starts the first off the loop's thread (a shard of at least
+ * --background-step-bytes): the others follow from there, then the answers
+ * that wait for them, then zps_daemon_steps_done.
+ */
 void zps_handlers_take_steps(struct zps_daemon *d);
+
+/* Whether a step is running off the loop's thread (requests that touch the model wait). */
+bool zps_handlers_stepping(const struct zps_daemon *d);
 
 /* Answers every parked pull the rules now allow. */
 void zps_handlers_answer_ready(struct zps_daemon *d);

@@ -58,6 +58,12 @@ static void usage(FILE *f)
             "                         inverse: lr / (1 + update staleness) (Zhang et al. 2016)\n"
             "  --worker-timeout SEC   evict a worker silent for SEC seconds so the others go\n"
             "                         on; it rejoins at the current clock (default 0: never)\n"
+            "  --background-step-bytes B\n"
+            "                         BSP: take the step of a shard of at least B bytes on a\n"
+            "                         helper thread, serving meanwhile what does not touch\n"
+            "                         the model (default 16777216; 0: every step)\n"
+            "  --step-delay-ms MS     fault injection: every BSP step first waits MS ms, as a\n"
+            "                         slow server would (default 0)\n"
             "\n"
             "Optimizer (applied on the server; formulas in docs/optimizers.md):\n"
             "%s"
@@ -117,6 +123,8 @@ enum {
     OPT_MAX_PENDING,
     OPT_LR_STALENESS,
     OPT_WORKER_TIMEOUT,
+    OPT_BACKGROUND_STEP,
+    OPT_STEP_DELAY,
     OPT_CKPT_DIR,
     OPT_CKPT_EVERY,
     OPT_CKPT_KEEP,
@@ -147,6 +155,8 @@ static const struct option options[] = {
     {"max-pending-pulls", required_argument, NULL, OPT_MAX_PENDING},
     {"lr-staleness", required_argument, NULL, OPT_LR_STALENESS},
     {"worker-timeout", required_argument, NULL, OPT_WORKER_TIMEOUT},
+    {"background-step-bytes", required_argument, NULL, OPT_BACKGROUND_STEP},
+    {"step-delay-ms", required_argument, NULL, OPT_STEP_DELAY},
     ZPS_OPT_FLAG_OPTIONS,
     {"checkpoint-dir", required_argument, NULL, OPT_CKPT_DIR},
     {"checkpoint-every", required_argument, NULL, OPT_CKPT_EVERY},
@@ -270,6 +280,16 @@ int main(int argc, char **argv)
             cfg.worker_timeout_ms = (uint64_t)(d * 1000.0 + 0.5);
             if (d > 0 && cfg.worker_timeout_ms == 0)
                 cfg.worker_timeout_ms = 1;
+            break;
+        case OPT_BACKGROUND_STEP:
+            if (zps_parse_u64(a, &u))
+                return bad_flag("--background-step-bytes", a, "a number of bytes");
+            cfg.background_step_bytes = u;
+            break;
+        case OPT_STEP_DELAY:
+            if (zps_parse_long(a, 0, 3600000, &l))
+                return bad_flag("--step-delay-ms", a, "milliseconds in [0, 3600000]");
+            cfg.step_delay_ms = (uint32_t)l;
             break;
         case OPT_CKPT_DIR:
             cfg.checkpoint_dir = a;

@@ -155,6 +155,12 @@ zps_reply_buf_t *zps_reply_cache_reserve(zps_reply_cache_t *c, size_t len)
     return buf_take(c, len);
 }
 
+void zps_reply_cache_unreserve(zps_reply_cache_t *c, zps_reply_buf_t *b)
+{
+    (void)c;
+    atomic_store(&b->busy, false);
+}
+
 void zps_reply_cache_fill(zps_reply_cache_t *c, zps_reply_buf_t *b, size_t len, uint64_t version,
                           uint32_t crc)
 {

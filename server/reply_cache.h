@@ -106,6 +106,9 @@ int zps_reply_cache_get(zps_reply_cache_t *c, const float *params, size_t len, u
  */
 zps_reply_buf_t *zps_reply_cache_reserve(zps_reply_cache_t *c, size_t len);
 
+/* b (from zps_reply_cache_reserve) was not written after all: back to the pool. */
+void zps_reply_cache_unreserve(zps_reply_cache_t *c, zps_reply_buf_t *b);
+
 /*
  * Makes b (from zps_reply_cache_reserve, its first len floats written with
  * checksum crc) the cached payload of `version`. On failure the buffer goes

@@ -64,6 +64,7 @@ void zps_server_config_default(zps_server_config_t *cfg)
     cfg->max_message_bytes = 4ull << 30;
     cfg->max_connections_per_host = -1;
     cfg->checkpoint_keep = 3;
+    cfg->background_step_bytes = ZPS_BACKGROUND_STEP_BYTES;
     zps_opt_config_default(&cfg->opt);
 }
 
@@ -126,15 +127,21 @@ static void heard_from(zps_daemon_t *d, zps_request_t *r, uint32_t w)
 static void on_liveness(uv_timer_t *t)
 {
     zps_daemon_t *d = t->data;
-    /* Advance the listening clock: this gap counts for one period at most. */
+    /* Advance the listening clock: this gap counts for one period at most,
+     * and not at all while a step runs off the loop's thread (the workers
+     * are waiting for it, as they would for a loop busy with it). */
     uint64_t listen = zps_daemon_listening_ns(d);
     d->tick_ns = zps_now_ns();
-    d->listen_ns = listen;
+    if (!zps_handlers_stepping(d))
+        d->listen_ns = listen;
     /* Hear everything that has arrived before judging anyone silent. When
      * the drain's budget ran out (the idle handle will go on with it), more
      * may be waiting: judge at the next tick instead. */
     zps_daemon_drain(d);
-    if (d->stopping || uv_is_active((uv_handle_t *)&d->idle))
+    /* Not while a step runs off the loop's thread either: the requests
+     * behind one it holds back are not read until it is taken, and an
+     * eviction changes the clocks the step belongs to. */
+    if (d->stopping || uv_is_active((uv_handle_t *)&d->idle) || zps_handlers_stepping(d))
         return;
     listen = zps_daemon_listening_ns(d);
     uint64_t limit = d->cfg->worker_timeout_ms * 1000000ull;
@@ -202,6 +209,19 @@ static bool shm_payload(zps_daemon_t *d, zps_request_t *r)
     return true;
 }
 
+/*
+ * The requests that read or change the model, its parameters, the buffered
+ * pushes or the shared-memory segment: while a step runs off the loop's
+ * thread they wait for it (handlers.h).
+ */
+static bool touches_model(uint32_t type)
+{
+    return type == ZPS_MSG_INIT || type == ZPS_MSG_PULL || type == ZPS_MSG_PUSH ||
+           type == ZPS_MSG_CHECKPOINT || type == ZPS_MSG_SHM;
+}
+
+static void serve(zps_daemon_t *d, zps_request_t *r);
+
 /* Answers one received message; rc is what decoding it said. */
 static void handle(zps_daemon_t *d, zps_message_t *m, int rc)
 {
@@ -240,40 +260,53 @@ static void handle(zps_daemon_t *d, zps_message_t *m, int rc)
         zps_reply_error(d, &r, ZPS_EDENIED, "%s", why);
         return;
     }
-    if (!shm_payload(d, &r))
+    if (zps_handlers_stepping(d) && touches_model(m->hdr.type)) {
+        /* Served once the step is taken; nothing is read past it meanwhile. */
+        zps_message_move(&d->held_msg, m);
+        d->held = true;
+        return;
+    }
+    serve(d, &r);
+}
+
+/* Serves request r (decoded and authorized). */
+static void serve(zps_daemon_t *d, zps_request_t *r)
+{
+    zps_message_t *m = r->msg;
+    if (!shm_payload(d, r))
         return;
     if (m->hdr.worker >= 0 && (uint32_t)m->hdr.worker < d->cfg->consistency.workers)
-        heard_from(d, &r, (uint32_t)m->hdr.worker);
+        heard_from(d, r, (uint32_t)m->hdr.worker);
     switch (m->hdr.type) {
     case ZPS_MSG_INIT:
-        zps_handle_init(d, &r);
+        zps_handle_init(d, r);
         break;
     case ZPS_MSG_PULL:
-        zps_handle_pull(d, &r);
+        zps_handle_pull(d, r);
         break;
     case ZPS_MSG_PUSH:
-        zps_handle_push(d, &r);
+        zps_handle_push(d, r);
         break;
     case ZPS_MSG_STATS:
-        zps_handle_stats(d, &r);
+        zps_handle_stats(d, r);
         break;
     case ZPS_MSG_HEARTBEAT:
-        zps_handle_heartbeat(d, &r);
+        zps_handle_heartbeat(d, r);
         break;
     case ZPS_MSG_CHECKPOINT:
-        zps_handle_checkpoint(d, &r);
+        zps_handle_checkpoint(d, r);
         break;
     case ZPS_MSG_RELOAD_KEYS:
-        zps_handle_reload_keys(d, &r);
+        zps_handle_reload_keys(d, r);
         break;
     case ZPS_MSG_SESSION:
-        zps_handle_session(d, &r);
+        zps_handle_session(d, r);
         break;
     case ZPS_MSG_SHM:
-        zps_handle_shm(d, &r);
+        zps_handle_shm(d, r);
         break;
     default:
-        zps_reply_error(d, &r, ZPS_EMODE, "message type %u is not served by this server",
+        zps_reply_error(d, r, ZPS_EMODE, "message type %u is not served by this server",
                         m->hdr.type);
         break;
     }
@@ -337,6 +370,9 @@ static bool drain_socket(zps_daemon_t *d, bool sealed, int budget)
     void *sock = sealed ? d->seal_sock : d->sock;
     zps_conns_t *conns = sealed ? &d->seal_conns : &d->conns;
     for (int i = 0; i < budget && !d->stopping; i++) {
+        /* Read again once the held request is served (zps_daemon_steps_done). */
+        if (d->held)
+            return false;
         zps_message_t m;
         int rc = sealed ? zps_wire_recv_sealed(sock, ZMQ_DONTWAIT, true, true, find_session, d, &m)
                         : zps_wire_recv(sock, ZMQ_DONTWAIT, true, &m);
@@ -389,6 +425,31 @@ static void on_idle(uv_idle_t *h)
     zps_daemon_drain(h->data);
 }
 
+static void on_signal(uv_signal_t *h, int signum);
+
+void zps_daemon_steps_done(zps_daemon_t *d)
+{
+    if (d->held) {
+        zps_message_t m;
+        zps_message_move(&m, &d->held_msg);
+        d->held = false;
+        zps_request_t r = {&m.peer, &m.hdr, &m, 0};
+        if (d->stop_signal)
+            zps_reply_error(d, &r, ZPS_ESHUTDOWN, "the server is shutting down");
+        else
+            serve(d, &r);
+        zps_message_close(&m);
+    }
+    /* Serving it may have started another step: a signal waits for that one. */
+    if (d->stop_signal && !zps_handlers_stepping(d)) {
+        int signum = d->stop_signal;
+        d->stop_signal = 0;
+        on_signal(signum == SIGINT ? &d->sigint : &d->sigterm, signum);
+        return;
+    }
+    zps_daemon_drain(d);
+}
+
 static void on_poll(uv_poll_t *h, int status, int events)
 {
     (void)events;
@@ -433,7 +494,7 @@ static void on_watch(uv_timer_t *t)
     if (d->conns.open == 0 && d->seal_conns.open == 0)
         return;
     zps_daemon_drain(d);
-    if (d->stopping || uv_is_active((uv_handle_t *)&d->idle))
+    if (d->stopping || uv_is_active((uv_handle_t *)&d->idle) || d->held)
         return;
     zps_conns_watch(&d->conns);
     if (d->seal_sock)
@@ -532,6 +593,16 @@ static void stop(zps_daemon_t *d, const char *why)
 static void on_signal(uv_signal_t *h, int signum)
 {
     zps_daemon_t *d = h->data;
+    /* The step running off the loop's thread writes the parameters: the
+     * shutdown's checkpoint, and the end of the loop, wait for it. */
+    if (zps_handlers_stepping(d)) {
+        if (!d->stop_signal)
+            zps_info("%s: stopping once the step in progress is taken",
+                     signum == SIGINT ? "SIGINT" : "SIGTERM");
+        if (d->stop_signal != SIGTERM) /* SIGTERM's promise of a checkpoint stands */
+            d->stop_signal = signum;
+        return;
+    }
     /* SIGTERM is the operator's "stop now, keep the work": the state goes to
      * disk before the shard goes away (the loop runs until it is written). */
     if (signum == SIGTERM)
@@ -712,6 +783,10 @@ static void release(zps_daemon_t *d)
 {
     zps_metrics_http_stop(d->metrics);
     d->metrics = NULL;
+    if (d->held) {
+        zps_message_close(&d->held_msg);
+        d->held = false;
+    }
     if (d->slots) {
         for (uint32_t w = 0; w < d->cfg->consistency.workers; w++)
             if (d->slots[w].full)

@@ -16,8 +16,10 @@
  * result comes back to the loop (ckpt_queue.c). Under BSP a checkpoint
  * records pushed[w] clamped to the version (zps_consistency_snapshot): a
  * push buffered for the step in progress is not saved, and its worker
- * pushes it again. Every optimizer step, BSP's included, runs on the loop's
- * thread.
+ * pushes it again. A BSP step of a shard of at least background_step_bytes
+ * runs on a threadpool thread while the loop goes on serving what does not
+ * touch the model (handlers.c, "BSP steps"); every other step, and every
+ * push applied on arrival (SSP, ASP), runs on the loop's thread.
  *
  * Not here: the command line (main.c), the daemon's internal state
  * (daemon.h).
@@ -67,7 +69,15 @@ typedef struct zps_server_config {
     uint64_t max_message_bytes;
     uint32_t max_connections;         /* 0: zps_conns_default_max() */
     int64_t max_connections_per_host; /* -1: a quarter of max_connections, >= 64; 0: none */
+    /* BSP steps of a shard of at least this many bytes run off the loop's
+     * thread (0: every step; UINT64_MAX: none). */
+    uint64_t background_step_bytes;
+    /* Fault injection: every BSP step first waits this long (a slow server). */
+    uint32_t step_delay_ms;
 } zps_server_config_t;
+
+/* background_step_bytes by default: a step of 16 MiB takes milliseconds, its hand-off microseconds. */
+#define ZPS_BACKGROUND_STEP_BYTES (16ull << 20)
 
 /* Defaults: tcp://127.0.0.1:7100, shard 0/1, BSP, SGD. `consistency.workers` must still be set. */
 void zps_server_config_default(zps_server_config_t *cfg);

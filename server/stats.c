@@ -76,7 +76,8 @@ char *zps_stats_json(const zps_daemon_t *d)
                       "\"steps\":%llu,\"retries\":%llu,\"dropped\":%llu,\"heartbeats\":%llu,"
                       "\"stats\":%llu,\"errors\":%llu,\"replies_dropped\":%llu,"
                       "\"steps_refused\":%llu,\"buffered_discarded\":%llu,"
-                      "\"pulls_cancelled\":%llu,\"exchanges\":%llu},\"errors_by_code\":{",
+                      "\"pulls_cancelled\":%llu,\"exchanges\":%llu,\"steps_background\":%llu},"
+                      "\"step_running\":%s,\"errors_by_code\":{",
                       zps_consistency_pending(rules), (unsigned long long)c->msgs_in,
                       (unsigned long long)c->msgs_out, (unsigned long long)c->bytes_in,
                       (unsigned long long)c->bytes_out, (unsigned long long)c->inits,
@@ -87,7 +88,8 @@ char *zps_stats_json(const zps_daemon_t *d)
                       (unsigned long long)c->stats, (unsigned long long)c->errors,
                       (unsigned long long)c->replies_dropped, (unsigned long long)c->steps_refused,
                       (unsigned long long)c->buffered_discarded,
-                      (unsigned long long)c->pulls_cancelled, (unsigned long long)c->exchanges);
+                      (unsigned long long)c->pulls_cancelled, (unsigned long long)c->exchanges,
+                      (unsigned long long)c->steps_background, d->step.running ? "true" : "false");
     const char *sep = "";
     for (int i = 1; i < 32; i++) {
         if (c->errors_by_code[i]) {

@@ -1,0 +1,291 @@
+/*
+ * test_background_step.c - BSP steps taken off the server loop's thread
+ * (--background-step-bytes), through real zps-server processes on
+ * 127.0.0.1, with a step made slow on purpose (--step-delay-ms):
+ *   - while the step runs, the server answers STATS (which says
+ *     "step_running": true, at version 0) and heartbeats; with the step on
+ *     the loop's thread, the control, STATS waits for the step and never
+ *     sees one running;
+ *   - the exchange that made the step due, its client's resends while it
+ *     ran, and an observer's pull sent meanwhile are answered once it is
+ *     taken, with the parameters w0 - lr * mean(g) computed here, bit for
+ *     bit, at version 1, and the push reported buffered;
+ *   - the next clocks' steps are exact too, and STATS counts them as
+ *     steps_background;
+ *   - SIGTERM during the step waits for it: the shutdown checkpoint holds
+ *     version 1, and a server resumed from it serves those parameters.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "client.h"
+#include "error.h"
+#include "harness.h"
+#include "timeutil.h"
+
+#define N 6
+#define WORKERS 2
+#define DELAY_MS 1500
+
+static const float w0[N] = {1, -2, 3, -4, 5, -6};
+
+static void grad_of(int worker, uint64_t clock, float *g)
+{
+    for (int i = 0; i < N; i++) /* multiples of 1/8: every sum and mean is exact */
+        g[i] = (float)(worker + 1) * 0.125f * (float)(i + 1) + (float)clock;
+}
+
+/* w - 0.5 * mean of the workers' gradients of `clock`, as the server must compute it. */
+static void step_by_hand(float *w, uint64_t clock)
+{
+    float g0[N], g1[N];
+    grad_of(0, clock, g0);
+    grad_of(1, clock, g1);
+    for (int i = 0; i < N; i++)
+        w[i] -= 0.5f * ((g0[i] + g1[i]) / 2.0f);
+}
+
+static zps_client_t *client(const harness_server_t *srv, int worker)
+{
+    const char *eps[1] = {srv->endpoint};
+    zps_client_opts_t o;
+    zps_client_opts_default(&o);
+    o.worker = worker;
+    o.timeout_ms = 30000;
+    o.retry_ms = 400; /* resends arrive while the step runs */
+    zps_client_t *c = NULL;
+    assert_int_equal(zps_client_new(eps, 1, &o, &c), 0);
+    return c;
+}
+
+static void start(harness_server_t *srv, const char *background, const char *dir, bool resume)
+{
+    const char *args[20];
+    int n = 0;
+    const char *fixed[] = {"--workers",       "2",        "--lr", "0.5", "--log-level", "warn",
+                           "--step-delay-ms", "1500",     NULL};
+    for (int i = 0; fixed[i]; i++)
+        args[n++] = fixed[i];
+    args[n++] = "--background-step-bytes";
+    args[n++] = background;
+    if (dir) {
+        args[n++] = "--checkpoint-dir";
+        args[n++] = dir;
+    }
+    if (resume)
+        args[n++] = "--resume";
+    args[n] = NULL;
+    assert_int_equal(harness_start(srv, args), 0);
+}
+
+typedef struct exchange_arg {
+    const harness_server_t *srv;
+    zps_client_t *c;
+    int worker;
+    uint64_t clock;
+    float got[N];
+    zps_reply_info_t info;
+    int rc;
+    uint64_t done_ns;
+} exchange_arg_t;
+
+static void *exchange_thread(void *p)
+{
+    exchange_arg_t *a = p;
+    float g[N];
+    grad_of(a->worker, a->clock, g);
+    a->rc = zps_client_exchange(a->c, a->clock, g, N, 1, a->got, &a->info);
+    a->done_ns = zps_now_ns();
+    return NULL;
+}
+
+static bool json_has(const char *json, const char *what)
+{
+    return strstr(json, what) != NULL;
+}
+
+/* STATS until one says a step is running, or `ms` have passed; how many did. */
+static int stats_while_stepping(zps_client_t *obs, int ms, uint64_t *first_ns)
+{
+    int seen = 0;
+    uint64_t until = zps_now_ns() + (uint64_t)ms * 1000000ull;
+    while (zps_now_ns() < until) {
+        char *json = NULL;
+        assert_int_equal(zps_client_stats(obs, 0, &json), 0);
+        if (json_has(json, "\"step_running\":true")) {
+            assert_true(json_has(json, "\"version\":0,"));
+            if (!seen++)
+                *first_ns = zps_now_ns();
+        }
+        free(json);
+        usleep(50 * 1000);
+    }
+    return seen;
+}
+
+/* Starts both workers' exchanges of `clock`; the step is due once both are in. */
+static void exchanges(const harness_server_t *srv, zps_client_t **w, uint64_t clock,
+                      exchange_arg_t *a, pthread_t *t)
+{
+    for (int k = 0; k < WORKERS; k++) {
+        a[k] = (exchange_arg_t){.srv = srv, .c = w[k], .worker = k, .clock = clock};
+        assert_int_equal(pthread_create(&t[k], NULL, exchange_thread, &a[k]), 0);
+    }
+}
+
+static void check_exchanges(exchange_arg_t *a, pthread_t *t, const float *want, uint64_t version)
+{
+    for (int k = 0; k < WORKERS; k++) {
+        pthread_join(t[k], NULL);
+        assert_int_equal(a[k].rc, 0);
+        assert_true(a[k].info.buffered);
+        assert_int_equal(a[k].info.min_version, version);
+        assert_memory_equal(a[k].got, want, sizeof(float) * N);
+    }
+}
+
+static void test_served_while_stepping(void **state)
+{
+    (void)state;
+    harness_server_t srv;
+    start(&srv, "0", NULL, false);
+    zps_client_t *w[WORKERS] = {client(&srv, 0), client(&srv, 1)};
+    zps_client_t *obs = client(&srv, -1);
+    assert_int_equal(zps_client_init(w[0], w0, N), 0);
+
+    float want[N];
+    memcpy(want, w0, sizeof(want));
+    step_by_hand(want, 0);
+    exchange_arg_t a[WORKERS];
+    pthread_t t[WORKERS];
+    uint64_t t0 = zps_now_ns();
+    exchanges(&srv, w, 0, a, t);
+    uint64_t first = 0;
+    /* The step runs for DELAY_MS from the second push on: STATS is answered meanwhile. */
+    int seen = stats_while_stepping(obs, DELAY_MS / 2, &first);
+    assert_true(seen >= 1);
+    /* An observer's pull sent during the step is answered after it, with its result. */
+    float pulled[N];
+    zps_reply_info_t pi;
+    assert_int_equal(zps_client_pull(obs, 0, pulled, N, &pi), 0);
+    uint64_t pulled_ns = zps_now_ns();
+    assert_int_equal(pi.min_version, 1);
+    assert_memory_equal(pulled, want, sizeof(want));
+    check_exchanges(a, t, want, 1);
+    assert_true(pulled_ns - t0 >= (uint64_t)DELAY_MS * 1000000ull);
+    for (int k = 0; k < WORKERS; k++)
+        assert_true(a[k].done_ns - t0 >= (uint64_t)DELAY_MS * 1000000ull);
+    assert_true(first < a[0].done_ns && first < a[1].done_ns);
+
+    /* Two more clocks, each step in the background, each exact. */
+    for (uint64_t clock = 1; clock <= 2; clock++) {
+        step_by_hand(want, clock);
+        exchanges(&srv, w, clock, a, t);
+        check_exchanges(a, t, want, clock + 1);
+    }
+    char *json = NULL;
+    assert_int_equal(zps_client_stats(obs, 0, &json), 0);
+    assert_true(json_has(json, "\"steps\":3,"));
+    assert_true(json_has(json, "\"steps_background\":3}"));
+    assert_true(json_has(json, "\"step_running\":false"));
+    free(json);
+    for (int k = 0; k < WORKERS; k++)
+        zps_client_free(w[k]);
+    zps_client_free(obs);
+    assert_int_equal(harness_stop(&srv), 0);
+}
+
+/* The control: the same slow step on the loop's thread keeps STATS waiting. */
+static void test_blocking_control(void **state)
+{
+    (void)state;
+    harness_server_t srv;
+    start(&srv, "1073741824", NULL, false);
+    zps_client_t *w[WORKERS] = {client(&srv, 0), client(&srv, 1)};
+    zps_client_t *obs = client(&srv, -1);
+    assert_int_equal(zps_client_init(w[0], w0, N), 0);
+    float want[N];
+    memcpy(want, w0, sizeof(want));
+    step_by_hand(want, 0);
+    exchange_arg_t a[WORKERS];
+    pthread_t t[WORKERS];
+    exchanges(&srv, w, 0, a, t);
+    uint64_t first = 0;
+    assert_int_equal(stats_while_stepping(obs, DELAY_MS / 2, &first), 0);
+    check_exchanges(a, t, want, 1);
+    char *json = NULL;
+    assert_int_equal(zps_client_stats(obs, 0, &json), 0);
+    assert_true(json_has(json, "\"steps_background\":0}"));
+    free(json);
+    for (int k = 0; k < WORKERS; k++)
+        zps_client_free(w[k]);
+    zps_client_free(obs);
+    assert_int_equal(harness_stop(&srv), 0);
+}
+
+static void test_sigterm_waits(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/zps-bgstep-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    harness_server_t srv;
+    start(&srv, "0", dir, false);
+    zps_client_t *w[WORKERS] = {client(&srv, 0), client(&srv, 1)};
+    zps_client_t *obs = client(&srv, -1);
+    assert_int_equal(zps_client_init(w[0], w0, N), 0);
+    float want[N];
+    memcpy(want, w0, sizeof(want));
+    step_by_hand(want, 0);
+    exchange_arg_t a[WORKERS];
+    pthread_t t[WORKERS];
+    exchanges(&srv, w, 0, a, t);
+    uint64_t first = 0;
+    /* SIGTERM once the step is seen running: it stops after the step, saving it. */
+    uint64_t until = zps_now_ns() + 5000000000ull;
+    while (!first && zps_now_ns() < until)
+        (void)stats_while_stepping(obs, 100, &first);
+    assert_true(first != 0);
+    assert_int_equal(harness_stop(&srv), 0);
+    /* The exchanges were answered with the step's result before the server went. */
+    check_exchanges(a, t, want, 1);
+    char path[512];
+    snprintf(path, sizeof(path), "%s/shard-0-of-1-v%020llu.zpsckpt", dir, 1ull);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    for (int k = 0; k < WORKERS; k++)
+        zps_client_free(w[k]);
+    zps_client_free(obs);
+
+    start(&srv, "0", dir, true);
+    obs = client(&srv, -1);
+    float pulled[N];
+    zps_reply_info_t pi;
+    assert_int_equal(zps_client_pull(obs, 0, pulled, N, &pi), 0);
+    assert_int_equal(pi.min_version, 1);
+    assert_memory_equal(pulled, want, sizeof(want));
+    zps_client_free(obs);
+    assert_int_equal(harness_stop(&srv), 0);
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_served_while_stepping),
+        cmocka_unit_test(test_blocking_control),
+        cmocka_unit_test(test_sigterm_waits),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
