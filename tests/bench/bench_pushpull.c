@@ -43,6 +43,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -747,40 +748,57 @@ static double json_after(const char *text, const char *key)
     return p ? atof(p + strlen(key)) : -1;
 }
 
-/*
- * --model: a model of `bytes` over `shards` zps-servers (BSP, W = workers,
- * SGD) and `workers` worker threads, each exchanging the whole model per
- * clock, against `workers` threads echoing the same slices through
- * `shards` raw ZeroMQ echo servers. The echo servers are forked by main
- * before any ZeroMQ thread exists.
- */
-static void bench_model(size_t bytes, int shards, int workers, int rounds, raw_server_t *echo)
-{
-    uint64_t n = bytes / sizeof(float);
-    float *grad = malloc(n * sizeof(float));
-    for (uint64_t i = 0; i < n; i++)
-        grad[i] = (float)(i % 97) * 0.01f;
-    model_worker_t proto = {.workers = workers,
-                            .shards = shards,
-                            .rounds = rounds,
-                            .echo = echo,
-                            .bytes = bytes,
-                            .grad = grad};
-    result_t echo_r = model_run(model_echo_worker, &proto, workers);
-    proto.framed = true;
-    result_t frames_r = model_run(model_echo_worker, &proto, workers);
-    /* Their memory back before the servers start (the heap keeps what the
-     * largest messages took). */
-    for (int k = 0; k < shards; k++)
-        raw_stop(&echo[k]);
+/* STATS to one server every few ms while a run goes on: how long each waits for an answer. */
+typedef struct prober {
+    const char *endpoint;
+    atomic_bool stop;
+    double t[100000];
+    int n;
+} prober_t;
 
+static void *prober_thread(void *p)
+{
+    prober_t *pr = p;
+    const char *eps[1] = {pr->endpoint};
+    zps_client_opts_t o;
+    zps_client_opts_default(&o);
+    o.timeout_ms = 600000;
+    o.retry_ms = 0;
+    zps_client_t *c;
+    if (zps_client_new(eps, 1, &o, &c) != 0)
+        return NULL;
+    while (!atomic_load(&pr->stop) && pr->n < (int)(sizeof(pr->t) / sizeof(pr->t[0]))) {
+        char *json = NULL;
+        uint64_t t0 = zps_now_ns();
+        if (zps_client_stats(c, 0, &json) != 0)
+            break;
+        pr->t[pr->n++] = (double)(zps_now_ns() - t0) / 1e9;
+        free(json);
+        usleep(5000);
+    }
+    zps_client_free(c);
+    return NULL;
+}
+
+/* One model run through zps-servers started with --background-step-bytes `background`. */
+typedef struct model_zps {
+    result_t clock;
+    double stats_p50, stats_p99, stats_max; /* seconds */
+    int probes;
+} model_zps_t;
+
+static model_zps_t model_zps(model_worker_t *proto, const char *background, bool report)
+{
+    int shards = proto->shards, workers = proto->workers;
+    uint64_t n = proto->bytes / sizeof(float);
     harness_server_t srv[64];
     const char *eps[64];
     char wstr[16];
     snprintf(wstr, sizeof(wstr), "%d", workers);
     char shard[32];
-    const char *args[] = {"--workers", wstr,      "--lr", "1e-9", "--log-level",
-                          "warn",      "--shard", shard,  NULL};
+    const char *args[] = {"--workers", wstr,    "--lr",  "1e-9",
+                          "--log-level", "warn", "--shard", shard,
+                          "--background-step-bytes", background, NULL};
     for (int k = 0; k < shards; k++) {
         snprintf(shard, sizeof(shard), "%d/%d", k, shards);
         if (harness_start(&srv[k], args) != 0) {
@@ -804,13 +822,81 @@ static void bench_model(size_t bytes, int shards, int workers, int rounds, raw_s
         exit(1);
     }
     free(zero);
-    proto.endpoints = eps;
-    result_t zps_r = model_run(model_zps_worker, &proto, workers);
+    proto->endpoints = eps;
+    prober_t *pr = calloc(1, sizeof(*pr));
+    pr->endpoint = eps[0];
+    atomic_init(&pr->stop, false);
+    pthread_t pt;
+    pthread_create(&pt, NULL, prober_thread, pr);
+    model_zps_t out = {.clock = model_run(model_zps_worker, proto, workers)};
+    atomic_store(&pr->stop, true);
+    pthread_join(pt, NULL);
+    out.probes = pr->n;
+    if (pr->n > 0) {
+        qsort(pr->t, (size_t)pr->n, sizeof(double), cmp_double);
+        out.stats_p50 = pr->t[pr->n / 2];
+        out.stats_p99 = pr->t[(pr->n * 99) / 100];
+        out.stats_max = pr->t[pr->n - 1];
+    }
+    free(pr);
+    if (report) {
+        printf("%5s | %14s | %14s | %18s | %8s\n", "shard", "peak RSS MiB", "RSS now MiB",
+               "memory bound MiB", "peak/bound");
+        for (int k = 0; k < shards; k++) {
+            char *json = NULL;
+            zps_client_stats(c, (size_t)k, &json);
+            double bound = json_after(json, "\"memory_bound_bytes\":");
+            free(json);
+            long peak = harness_peak_rss_kb(srv[k].pid), now = harness_rss_kb(srv[k].pid);
+            printf("%5d | %14.1f | %14.1f | %18.1f | %8.2f\n", k, peak / 1024.0, now / 1024.0,
+                   bound / 1048576.0, peak * 1024.0 / bound);
+        }
+        printf("\n");
+    }
+    zps_client_free(c);
+    for (int k = 0; k < shards; k++)
+        harness_stop(&srv[k]);
+    return out;
+}
+
+/*
+ * --model: a model of `bytes` over `shards` zps-servers (BSP, W = workers,
+ * SGD) and `workers` worker threads, each exchanging the whole model per
+ * clock, against `workers` threads echoing the same slices through
+ * `shards` raw ZeroMQ echo servers. The echo servers are forked by main
+ * before any ZeroMQ thread exists. The zps run is made twice, with every
+ * step on the servers' loop thread and with every step off it
+ * (--background-step-bytes), while another client asks the first server for
+ * STATS every 5 ms: what taking the step off the loop costs a clock, and
+ * what it buys a request that does not touch the model.
+ */
+static void bench_model(size_t bytes, int shards, int workers, int rounds, raw_server_t *echo)
+{
+    uint64_t n = bytes / sizeof(float);
+    float *grad = malloc(n * sizeof(float));
+    for (uint64_t i = 0; i < n; i++)
+        grad[i] = (float)(i % 97) * 0.01f;
+    model_worker_t proto = {.workers = workers,
+                            .shards = shards,
+                            .rounds = rounds,
+                            .echo = echo,
+                            .bytes = bytes,
+                            .grad = grad};
+    result_t echo_r = model_run(model_echo_worker, &proto, workers);
+    proto.framed = true;
+    result_t frames_r = model_run(model_echo_worker, &proto, workers);
+    /* Their memory back before the servers start (the heap keeps what the
+     * largest messages took). */
+    for (int k = 0; k < shards; k++)
+        raw_stop(&echo[k]);
 
     printf("\na model of %zu MiB over %d shards and %d workers (BSP, SGD): one exchange per clock\n"
            "per worker, against a raw ZeroMQ echo of the same slices over as many connections\n"
            "(median over workers and %d rounds)\n\n",
            bytes >> 20, shards, workers, rounds);
+    model_zps_t off = model_zps(&proto, "0", true);
+    model_zps_t on = model_zps(&proto, "18446744073709551615", false);
+    result_t zps_r = off.clock;
     printf("%12s | %12s | %12s | %10s %10s\n", "exchange", "echo", "echo frames", "exchange/",
            "exchange/");
     printf("%12s | %12s | %12s | %10s %10s\n", "per clock", "per clock", "per clock", "echo",
@@ -818,24 +904,22 @@ static void bench_model(size_t bytes, int shards, int workers, int rounds, raw_s
     printf("%9.1f ms | %9.1f ms | %9.1f ms | %10.2f %10.2f\n\n", zps_r.seconds * 1e3,
            echo_r.seconds * 1e3, frames_r.seconds * 1e3, zps_r.seconds / echo_r.seconds,
            zps_r.seconds / frames_r.seconds);
-    printf("%5s | %14s | %14s | %18s | %8s\n", "shard", "peak RSS MiB", "RSS now MiB",
-           "memory bound MiB", "peak/bound");
-    for (int k = 0; k < shards; k++) {
-        char *json = NULL;
-        zps_client_stats(c, (size_t)k, &json);
-        double bound = json_after(json, "\"memory_bound_bytes\":");
-        free(json);
-        long peak = harness_peak_rss_kb(srv[k].pid), now = harness_rss_kb(srv[k].pid);
-        printf("%5d | %14.1f | %14.1f | %18.1f | %8.2f\n", k, peak / 1024.0, now / 1024.0,
-               bound / 1048576.0, peak * 1024.0 / bound);
-    }
+    printf("the same with each step on the servers' loop thread, and STATS asked of shard 0\n"
+           "every 5 ms meanwhile (its answer's wait)\n\n");
+    printf("%14s | %12s | %10s | %10s %10s %10s | %7s\n", "step", "per clock", "/ off loop",
+           "STATS p50", "p99", "max", "probes");
+    const model_zps_t *runs[2] = {&off, &on};
+    const char *names[2] = {"off the loop", "on the loop"};
+    for (int k = 0; k < 2; k++)
+        printf("%14s | %9.1f ms | %10.2f | %7.2f ms %7.2f ms %7.2f ms | %7d\n", names[k],
+               runs[k]->clock.seconds * 1e3, runs[k]->clock.seconds / off.clock.seconds,
+               runs[k]->stats_p50 * 1e3, runs[k]->stats_p99 * 1e3, runs[k]->stats_max * 1e3,
+               runs[k]->probes);
     printf("\n");
     print_result("exchange-model", bytes, zps_r);
+    print_result("exchange-model-loop", bytes, on.clock);
     print_result("echo-model", bytes, echo_r);
     print_result("echo-model-frames", bytes, frames_r);
-    zps_client_free(c);
-    for (int k = 0; k < shards; k++)
-        harness_stop(&srv[k]);
     free(grad);
 }
 
