@@ -44,9 +44,9 @@ typedef struct zps_slot {
 } zps_slot_t;
 
 /*
- * The BSP step being taken (handlers.c, "BSP steps"): its arguments and
- * result, and while it runs off the loop's thread, the push whose reply
- * waits for it.
+ * The step being taken (handlers.c, "Steps"): a BSP step, or under SSP and
+ * ASP a push applied on arrival; its arguments and result, and while it
+ * runs off the loop's thread, the push whose reply waits for it.
  */
 typedef struct zps_step {
     uv_work_t work;
@@ -68,6 +68,13 @@ typedef struct zps_step {
     zps_header_t push_req;   /* its request (json NULL) */
     zps_header_t push_reply; /* its reply, as it stood before the steps */
     uint32_t push_reply_flags;
+    /* SSP and ASP: the push applied on arrival (its payload the gradient),
+     * at lr_scale times the scheduled rate; rc what the store said. */
+    bool apply;
+    zps_message_t apply_msg;
+    double lr_scale;
+    uint64_t update_staleness;
+    int rc;
 } zps_step_t;
 
 typedef struct zps_daemon {

@@ -306,21 +306,43 @@ void zps_handle_init(zps_daemon_t *d, zps_request_t *r)
     zps_handlers_answer_ready(d);
 }
 
-/* ---- BSP steps ---- */
+/* ---- steps ---- */
 
 /*
- * A step is taken in three parts: step_begin (loop thread) gathers the k
- * pushes and reserves the buffer its reply copy goes to, step_compute (any
+ * A BSP step is taken in three parts: step_begin (loop thread) gathers the
+ * k pushes and reserves the buffer its reply copy goes to, step_compute (any
  * thread) checks that the result is finite and takes it, step_end (loop
- * thread) releases the pushes and moves the clock on. A shard of at least
+ * thread) releases the pushes and moves the clock on. Under SSP and ASP a
+ * push applied on arrival is the one step_compute does. A shard of at least
  * --background-step-bytes runs step_compute on a threadpool thread
  * (uv_queue_work; the step's own chunks then go to the helper threads as
  * ever, pool.h): the loop goes on with connections, timers, signals and the
  * requests that do not touch the model, and holds back the first one that
- * does (server.c) until every step due is taken. Nothing the step reads or
- * writes -- the store, the buffered pushes, the reserved buffer, the scratch
- * arrays -- is touched by the loop meanwhile.
+ * does (server.c) until the steps due are taken and answered. Nothing the
+ * step reads or writes -- the store, the pushes, the reserved buffer, the
+ * scratch arrays -- is touched by the loop meanwhile.
  */
+
+static bool in_background(const zps_daemon_t *d)
+{
+    return (uint64_t)d->store.len * sizeof(float) >= d->cfg->background_step_bytes;
+}
+
+static void step_work(uv_work_t *w);
+static void step_after(uv_work_t *w, int status);
+
+/* Queues d->step's step_compute on the threadpool; false when it cannot (then run it here). */
+static bool queue_step(zps_daemon_t *d)
+{
+    zps_step_t *s = &d->step;
+    s->d = d;
+    s->work.data = s;
+    if (uv_queue_work(&d->loop, &s->work, step_work, step_after) != 0)
+        return false;
+    s->running = true;
+    d->count.steps_background++;
+    return true;
+}
 
 /* Gathers the next step that is due into d->step; false when none is. */
 static bool step_begin(zps_daemon_t *d)
@@ -363,6 +385,11 @@ static void step_compute(zps_step_t *s)
                              (long)(d->cfg->step_delay_ms % 1000) * 1000000L};
         while (nanosleep(&t, &t) != 0 && errno == EINTR)
             ;
+    }
+    if (s->apply) {
+        s->rc = zps_store_apply_bounded(&d->store, zps_message_floats(&s->apply_msg), s->g_max,
+                                        s->lr_scale, &s->where);
+        return;
     }
     s->ok = zps_store_check_mean_segs(&d->store, d->segs, d->batches, s->k, s->g_max, d->grads,
                                       &s->where) == 0;
@@ -421,6 +448,7 @@ static void step_work(uv_work_t *w)
 }
 
 static void finish_push(zps_daemon_t *d);
+static void finish_apply(zps_daemon_t *d);
 static bool take_steps(zps_daemon_t *d);
 
 static void step_after(uv_work_t *w, int status)
@@ -430,6 +458,11 @@ static void step_after(uv_work_t *w, int status)
     s->running = false;
     if (status != 0) /* never cancelled; should it be, the step is still due */
         step_compute(s);
+    if (s->apply) {
+        finish_apply(d);
+        zps_daemon_steps_done(d);
+        return;
+    }
     step_end(d);
     if (take_steps(d))
         return; /* the next one due runs: what waits, waits for it too */
@@ -450,15 +483,8 @@ static bool take_steps(zps_daemon_t *d)
     if (s->running)
         return true;
     while (step_begin(d)) {
-        if ((uint64_t)d->store.len * sizeof(float) >= d->cfg->background_step_bytes) {
-            s->d = d;
-            s->work.data = s;
-            if (uv_queue_work(&d->loop, &s->work, step_work, step_after) == 0) {
-                s->running = true;
-                d->count.steps_background++;
-                return true;
-            }
-        }
+        if (in_background(d) && queue_step(d))
+            return true;
         s->d = d;
         step_compute(s);
         step_end(d);
@@ -476,9 +502,59 @@ bool zps_handlers_stepping(const zps_daemon_t *d)
     return d->step.running;
 }
 
+bool zps_handlers_bsp_stepping(const zps_daemon_t *d)
+{
+    return d->step.running && !d->step.apply;
+}
+
 /* ---- PUSH ---- */
 
 static void push_done(zps_daemon_t *d, zps_request_t *r, zps_header_t *h, bool exchange);
+
+/*
+ * A push applied on arrival (SSP, ASP) after the store said rc: refused
+ * whole when its step would not be finite (answered; false), else counted
+ * and its reply header made in *h.
+ */
+static bool applied(zps_daemon_t *d, zps_request_t *r, int rc, size_t where,
+                    uint64_t update_staleness, zps_header_t *h)
+{
+    const zps_header_t *req = r->hdr;
+    if (rc) {
+        /* Refused whole: as if the push had never arrived. */
+        zps_consistency_push_refused(d->consistency, (uint32_t)req->worker, req->clock);
+        d->count.steps_refused++;
+        zps_warn("push of worker %lld at clock %llu refused: its step would make a value "
+                 "non-finite from element %llu",
+                 (long long)req->worker, (unsigned long long)req->clock,
+                 (unsigned long long)(d->store.range.lo + where));
+        zps_reply_error(d, r, ZPS_ENONFINITE,
+                        "this step would make a parameter or optimizer state non-finite "
+                        "(from element %llu): refused, nothing changed",
+                        (unsigned long long)(d->store.range.lo + where));
+        return false;
+    }
+    zps_vhist_add(&d->update_staleness, update_staleness);
+    d->count.applied++;
+    zps_ckpt_queue_maybe(d);
+    zps_reply_header(d, r, h);
+    h->update_staleness = update_staleness;
+    return true;
+}
+
+/* The push applied off the loop's thread, answered now that it is. */
+static void finish_apply(zps_daemon_t *d)
+{
+    zps_step_t *s = &d->step;
+    zps_message_t m;
+    zps_message_move(&m, &s->apply_msg);
+    s->apply = false;
+    zps_request_t r = {&m.peer, &m.hdr, &m, s->push_reply_flags};
+    zps_header_t h;
+    if (applied(d, &r, s->rc, s->where, s->update_staleness, &h))
+        push_done(d, &r, &h, (m.hdr.flags & ZPS_FLAG_EXCHANGE) != 0);
+    zps_message_close(&m);
+}
 
 /* The push whose BSP step ran off the loop's thread, answered now that it is taken. */
 static void finish_push(zps_daemon_t *d)
@@ -555,26 +631,25 @@ void zps_handle_push(zps_daemon_t *d, zps_request_t *r)
     }
     switch (dec.action) {
     case ZPS_PUSH_APPLY:
-        rc = zps_store_apply_bounded(&d->store, grad, g_max, dec.lr_scale, &where);
-        if (rc) {
-            /* Refused whole: as if the push had never arrived. */
-            zps_consistency_push_refused(d->consistency, (uint32_t)req->worker, req->clock);
-            d->count.steps_refused++;
-            zps_warn("push of worker %lld at clock %llu refused: its step would make a value "
-                     "non-finite from element %llu",
-                     (long long)req->worker, (unsigned long long)req->clock,
-                     (unsigned long long)(d->store.range.lo + where));
-            zps_reply_error(d, r, ZPS_ENONFINITE,
-                            "this step would make a parameter or optimizer state non-finite "
-                            "(from element %llu): refused, nothing changed",
-                            (unsigned long long)(d->store.range.lo + where));
-            return;
+        if (in_background(d)) {
+            /* Applied off the loop's thread, the message kept until then. */
+            zps_step_t *s = &d->step;
+            s->apply = true;
+            s->g_max = g_max;
+            s->lr_scale = dec.lr_scale;
+            s->update_staleness = dec.update_staleness;
+            s->push_reply_flags = r->reply_flags;
+            s->where = 0;
+            zps_message_move(&s->apply_msg, r->msg);
+            if (queue_step(d))
+                return;
+            zps_message_move(r->msg, &s->apply_msg);
+            s->apply = false;
+            grad = zps_message_floats(r->msg); /* a small payload moved with its zmq_msg_t */
         }
-        zps_vhist_add(&d->update_staleness, dec.update_staleness);
-        d->count.applied++;
-        zps_ckpt_queue_maybe(d);
-        zps_reply_header(d, r, &h);
-        h.update_staleness = dec.update_staleness;
+        rc = zps_store_apply_bounded(&d->store, grad, g_max, dec.lr_scale, &where);
+        if (!applied(d, r, rc, where, dec.update_staleness, &h))
+            return;
         break;
     case ZPS_PUSH_BUFFER: {
         zps_slot_t *sl = &d->slots[req->worker];

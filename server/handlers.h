@@ -48,8 +48,16 @@ void zps_handle_shm(struct zps_daemon *d, zps_request_t *r);
  */
 void zps_handlers_take_steps(struct zps_daemon *d);
 
+/*
+ * Under SSP and ASP a push applied on arrival runs off the loop's thread as
+ * well, for the same shards; its reply is sent once it is applied.
+ */
+
 /* Whether a step is running off the loop's thread (requests that touch the model wait). */
 bool zps_handlers_stepping(const struct zps_daemon *d);
+
+/* Whether that step is a BSP step (the workers wait for it; it belongs to a clock). */
+bool zps_handlers_bsp_stepping(const struct zps_daemon *d);
 
 /* Answers every parked pull the rules now allow. */
 void zps_handlers_answer_ready(struct zps_daemon *d);

@@ -144,7 +144,7 @@ void zps_metrics_text(const zps_daemon_t *d, zps_strbuf_t *b)
     one(b, d, "zps_heartbeats_total", "counter", "Heartbeats.", (double)c->heartbeats);
     one(b, d, "zps_optimizer_steps_total", "counter", "BSP steps taken.", (double)c->steps);
     one(b, d, "zps_optimizer_steps_background_total", "counter",
-        "BSP steps taken off the server loop's thread (--background-step-bytes).",
+        "Steps (BSP, or pushes applied on arrival) taken off the loop's thread.",
         (double)c->steps_background);
     one(b, d, "zps_steps_refused_total", "counter",
         "Steps or pushes refused because a value would not be finite.", (double)c->steps_refused);

@@ -128,20 +128,21 @@ static void on_liveness(uv_timer_t *t)
 {
     zps_daemon_t *d = t->data;
     /* Advance the listening clock: this gap counts for one period at most,
-     * and not at all while a step runs off the loop's thread (the workers
-     * are waiting for it, as they would for a loop busy with it). */
+     * and not at all while a BSP step runs off the loop's thread (the
+     * workers are waiting for it, as they would for a loop busy with it). */
     uint64_t listen = zps_daemon_listening_ns(d);
     d->tick_ns = zps_now_ns();
-    if (!zps_handlers_stepping(d))
+    if (!zps_handlers_bsp_stepping(d))
         d->listen_ns = listen;
     /* Hear everything that has arrived before judging anyone silent. When
      * the drain's budget ran out (the idle handle will go on with it), more
      * may be waiting: judge at the next tick instead. */
     zps_daemon_drain(d);
-    /* Not while a step runs off the loop's thread either: the requests
-     * behind one it holds back are not read until it is taken, and an
-     * eviction changes the clocks the step belongs to. */
-    if (d->stopping || uv_is_active((uv_handle_t *)&d->idle) || zps_handlers_stepping(d))
+    /* Not while a request is held back for a step off the loop's thread
+     * either (those behind it are not read until the step is taken), nor
+     * during a BSP step: an eviction changes the quorum of its clock. */
+    if (d->stopping || uv_is_active((uv_handle_t *)&d->idle) || d->held ||
+        zps_handlers_bsp_stepping(d))
         return;
     listen = zps_daemon_listening_ns(d);
     uint64_t limit = d->cfg->worker_timeout_ms * 1000000ull;
@@ -520,9 +521,12 @@ void zps_daemon_model_known(zps_daemon_t *d)
      * connections are counted while they are open: a shard that no worker
      * on its host uses never holds it. */
     uint64_t shm = zps_shm_ready(&d->shm) ? 4 * w + 2 : 0;
-    uint64_t halves = 2 * ((1 + k) + (cfg->consistency.mode == ZPS_MODE_BSP ? w : 0) + 1 + reply +
-                           (1 + k) + shm) +
-                      reply;
+    /* Pushes in hand: BSP's w buffered and the one being handled; under
+     * SSP and ASP the one being handled, and with applies off the loop's
+     * thread (handlers.c) the one applied meanwhile. */
+    bool bsp = cfg->consistency.mode == ZPS_MODE_BSP;
+    uint64_t in_hand = (bsp ? w : p >= cfg->background_step_bytes ? 1 : 0) + 1;
+    uint64_t halves = 2 * ((1 + k) + in_hand + reply + (1 + k) + shm) + reply;
     /* ZeroMQ's own frame limit cannot follow: a listener keeps the options
      * it was bound with. The unread-bytes bound does the work. */
     uint64_t max_message = p + ZPS_MAX_HEADER_BYTES;
@@ -786,6 +790,10 @@ static void release(zps_daemon_t *d)
     if (d->held) {
         zps_message_close(&d->held_msg);
         d->held = false;
+    }
+    if (d->step.apply) {
+        zps_message_close(&d->step.apply_msg);
+        d->step.apply = false;
     }
     if (d->slots) {
         for (uint32_t w = 0; w < d->cfg->consistency.workers; w++)

@@ -16,10 +16,11 @@
  * result comes back to the loop (ckpt_queue.c). Under BSP a checkpoint
  * records pushed[w] clamped to the version (zps_consistency_snapshot): a
  * push buffered for the step in progress is not saved, and its worker
- * pushes it again. A BSP step of a shard of at least background_step_bytes
- * runs on a threadpool thread while the loop goes on serving what does not
- * touch the model (handlers.c, "BSP steps"); every other step, and every
- * push applied on arrival (SSP, ASP), runs on the loop's thread.
+ * pushes it again. The optimizer steps of a shard of at least
+ * background_step_bytes (BSP's, and pushes applied on arrival under SSP and
+ * ASP) run on a threadpool thread while the loop goes on serving what does
+ * not touch the model (handlers.c, "steps"); smaller shards step on the
+ * loop's thread.
  *
  * Not here: the command line (main.c), the daemon's internal state
  * (daemon.h).
@@ -69,10 +70,11 @@ typedef struct zps_server_config {
     uint64_t max_message_bytes;
     uint32_t max_connections;         /* 0: zps_conns_default_max() */
     int64_t max_connections_per_host; /* -1: a quarter of max_connections, >= 64; 0: none */
-    /* BSP steps of a shard of at least this many bytes run off the loop's
-     * thread (0: every step; UINT64_MAX: none). */
+    /* Optimizer steps (BSP's, and pushes applied under SSP and ASP) of a
+     * shard of at least this many bytes run off the loop's thread (0: every
+     * step; UINT64_MAX: none). */
     uint64_t background_step_bytes;
-    /* Fault injection: every BSP step first waits this long (a slow server). */
+    /* Fault injection: every step first waits this long (a slow server). */
     uint32_t step_delay_ms;
 } zps_server_config_t;
 

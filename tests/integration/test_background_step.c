@@ -13,7 +13,12 @@
  *   - the next clocks' steps are exact too, and STATS counts them as
  *     steps_background;
  *   - SIGTERM during the step waits for it: the shutdown checkpoint holds
- *     version 1, and a server resumed from it serves those parameters.
+ *     version 1, and a server resumed from it serves those parameters;
+ *   - ASP: a push applied on arrival runs off the loop's thread too, STATS
+ *     is answered meanwhile (at the version the push makes), the exchange
+ *     gets w0 - lr * g exactly, and a
+ *     push whose step would overflow is refused whole (ZPS_ENONFINITE),
+ *     the parameters unchanged; the memory bound counts that push in hand.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -68,12 +73,13 @@ static zps_client_t *client(const harness_server_t *srv, int worker)
     return c;
 }
 
-static void start(harness_server_t *srv, const char *background, const char *dir, bool resume)
+static void start_mode(harness_server_t *srv, const char *mode, const char *lr,
+                       const char *background, const char *dir, bool resume)
 {
-    const char *args[20];
+    const char *args[24];
     int n = 0;
-    const char *fixed[] = {"--workers",       "2",        "--lr", "0.5", "--log-level", "warn",
-                           "--step-delay-ms", "1500",     NULL};
+    const char *fixed[] = {"--workers",   "2",    "--lr",            lr,     "--mode", mode,
+                           "--log-level", "warn", "--step-delay-ms", "1500", NULL};
     for (int i = 0; fixed[i]; i++)
         args[n++] = fixed[i];
     args[n++] = "--background-step-bytes";
@@ -86,6 +92,11 @@ static void start(harness_server_t *srv, const char *background, const char *dir
         args[n++] = "--resume";
     args[n] = NULL;
     assert_int_equal(harness_start(srv, args), 0);
+}
+
+static void start(harness_server_t *srv, const char *background, const char *dir, bool resume)
+{
+    start_mode(srv, "bsp", "0.5", background, dir, resume);
 }
 
 typedef struct exchange_arg {
@@ -114,8 +125,19 @@ static bool json_has(const char *json, const char *what)
     return strstr(json, what) != NULL;
 }
 
-/* STATS until one says a step is running, or `ms` have passed; how many did. */
-static int stats_while_stepping(zps_client_t *obs, int ms, uint64_t *first_ns)
+/* The number after `key` in json (UINT64_MAX when absent). */
+static uint64_t json_num(const char *json, const char *key)
+{
+    const char *p = strstr(json, key);
+    return p ? strtoull(p + strlen(key), NULL, 10) : UINT64_MAX;
+}
+
+/*
+ * STATS until one says a step is running, or `ms` have passed; how many did.
+ * Each that does says `version` (BSP: the one before the step; ASP: the one
+ * the push being applied makes).
+ */
+static int stats_at(zps_client_t *obs, int ms, uint64_t *first_ns, const char *version)
 {
     int seen = 0;
     uint64_t until = zps_now_ns() + (uint64_t)ms * 1000000ull;
@@ -123,7 +145,7 @@ static int stats_while_stepping(zps_client_t *obs, int ms, uint64_t *first_ns)
         char *json = NULL;
         assert_int_equal(zps_client_stats(obs, 0, &json), 0);
         if (json_has(json, "\"step_running\":true")) {
-            assert_true(json_has(json, "\"version\":0,"));
+            assert_true(json_has(json, version));
             if (!seen++)
                 *first_ns = zps_now_ns();
         }
@@ -131,6 +153,11 @@ static int stats_while_stepping(zps_client_t *obs, int ms, uint64_t *first_ns)
         usleep(50 * 1000);
     }
     return seen;
+}
+
+static int stats_while_stepping(zps_client_t *obs, int ms, uint64_t *first_ns)
+{
+    return stats_at(obs, ms, first_ns, "\"version\":0,");
 }
 
 /* Starts both workers' exchanges of `clock`; the step is due once both are in. */
@@ -280,12 +307,82 @@ static void test_sigterm_waits(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+static void test_asp_apply_off_loop(void **state)
+{
+    (void)state;
+    harness_server_t srv;
+    start_mode(&srv, "asp", "10", "0", NULL, false); /* lr 10: a step can overflow */
+    zps_client_t *w = client(&srv, 0);
+    zps_client_t *obs = client(&srv, -1);
+    assert_int_equal(zps_client_init(w, w0, N), 0);
+    float want[N], g[N];
+    grad_of(0, 0, g);
+    for (int i = 0; i < N; i++)
+        want[i] = w0[i] - 10.0f * g[i]; /* multiples of 1.25: exact */
+    exchange_arg_t a = {.srv = &srv, .c = w, .worker = 0, .clock = 0};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, exchange_thread, &a), 0);
+    uint64_t first = 0;
+    assert_true(stats_at(obs, DELAY_MS / 2, &first, "\"version\":1,") >= 1);
+    pthread_join(t, NULL);
+    assert_int_equal(a.rc, 0);
+    assert_false(a.info.buffered);
+    assert_int_equal(a.info.min_version, 1);
+    assert_memory_equal(a.got, want, sizeof(want));
+    assert_true(first < a.done_ns);
+
+    /* A push whose step would overflow: refused whole, off the loop as well. */
+    float huge[N] = {3e38f, 0, 0, 0, 0, 0};
+    zps_reply_info_t info;
+    assert_int_equal(zps_client_push(w, 1, huge, N, 1, &info), ZPS_EREMOTE);
+    assert_int_equal(zps_client_last_remote_status(w), ZPS_ENONFINITE);
+    float got[N];
+    assert_int_equal(zps_client_pull(obs, 0, got, N, &info), 0);
+    assert_memory_equal(got, want, sizeof(want));
+    char *json = NULL;
+    assert_int_equal(zps_client_stats(obs, 0, &json), 0);
+    /* The client resent the refused push while it was being applied: each
+     * resend is a push of its own (a refused one never arrived), refused
+     * again. One push applied, the others refused, all off the loop. */
+    uint64_t bg = json_num(json, "\"steps_background\":");
+    uint64_t refused = json_num(json, "\"steps_refused\":");
+    if (json_num(json, "\"applied\":") != 1 || refused < 1 || bg != 1 + refused)
+        fail_msg("one push applied, the others refused, all off the loop: %s", json);
+    free(json);
+    zps_client_free(w);
+    zps_client_free(obs);
+    assert_int_equal(harness_stop(&srv), 0);
+}
+
+/* Under ASP a push applied off the loop's thread is a second one in hand: the bound counts it. */
+static void test_bound_counts_apply(void **state)
+{
+    (void)state;
+    uint64_t bound[2];
+    const char *background[2] = {"0", "1073741824"};
+    for (int k = 0; k < 2; k++) {
+        harness_server_t srv;
+        start_mode(&srv, "asp", "10", background[k], NULL, false);
+        zps_client_t *w = client(&srv, 0);
+        assert_int_equal(zps_client_init(w, w0, N), 0);
+        char *json = NULL;
+        assert_int_equal(zps_client_stats(w, 0, &json), 0);
+        bound[k] = json_num(json, "\"memory_bound_bytes\":");
+        free(json);
+        zps_client_free(w);
+        assert_int_equal(harness_stop(&srv), 0);
+    }
+    assert_int_equal(bound[0] - bound[1], N * sizeof(float));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_served_while_stepping),
         cmocka_unit_test(test_blocking_control),
         cmocka_unit_test(test_sigterm_waits),
+        cmocka_unit_test(test_asp_apply_off_loop),
+        cmocka_unit_test(test_bound_counts_apply),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
