@@ -44,14 +44,11 @@ void zps_handle_shm(struct zps_daemon *d, zps_request_t *r);
  * BSP: takes every step the rules say is due (none under SSP and ASP), or
  * starts the first off the loop's thread (a shard of at least
  * --background-step-bytes): the others follow from there, then the answers
- * that wait for them, then zps_daemon_steps_done.
+ * that wait for them, then zps_daemon_steps_done. Under SSP and ASP a push
+ * applied on arrival runs off the loop's thread the same way, started by
+ * zps_handle_push, and is answered once it is applied.
  */
 void zps_handlers_take_steps(struct zps_daemon *d);
-
-/*
- * Under SSP and ASP a push applied on arrival runs off the loop's thread as
- * well, for the same shards; its reply is sent once it is applied.
- */
 
 /* Whether a step is running off the loop's thread (requests that touch the model wait). */
 bool zps_handlers_stepping(const struct zps_daemon *d);
