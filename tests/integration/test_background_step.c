@@ -181,83 +181,88 @@ static void check_exchanges(exchange_arg_t *a, pthread_t *t, const float *want, 
     }
 }
 
+/* A BSP server (two workers), its clients, the model initialised, clock 0's exchanges under way. */
+typedef struct run {
+    harness_server_t srv;
+    zps_client_t *w[WORKERS], *obs;
+    float want[N]; /* the parameters clock 0's step makes */
+    exchange_arg_t a[WORKERS];
+    pthread_t t[WORKERS];
+} run_t;
+
+static void run_start(run_t *r, const char *background, const char *dir)
+{
+    start(&r->srv, background, dir, false);
+    for (int k = 0; k < WORKERS; k++)
+        r->w[k] = client(&r->srv, k);
+    r->obs = client(&r->srv, -1);
+    assert_int_equal(zps_client_init(r->w[0], w0, N), 0);
+    memcpy(r->want, w0, sizeof(r->want));
+    step_by_hand(r->want, 0);
+    exchanges(&r->srv, r->w, 0, r->a, r->t);
+}
+
+static void run_clients_free(run_t *r)
+{
+    for (int k = 0; k < WORKERS; k++)
+        zps_client_free(r->w[k]);
+    zps_client_free(r->obs);
+}
+
 static void test_served_while_stepping(void **state)
 {
     (void)state;
-    harness_server_t srv;
-    start(&srv, "0", NULL, false);
-    zps_client_t *w[WORKERS] = {client(&srv, 0), client(&srv, 1)};
-    zps_client_t *obs = client(&srv, -1);
-    assert_int_equal(zps_client_init(w[0], w0, N), 0);
-
-    float want[N];
-    memcpy(want, w0, sizeof(want));
-    step_by_hand(want, 0);
-    exchange_arg_t a[WORKERS];
-    pthread_t t[WORKERS];
+    run_t r;
     uint64_t t0 = zps_now_ns();
-    exchanges(&srv, w, 0, a, t);
+    run_start(&r, "0", NULL);
     uint64_t first = 0;
     /* The step runs for DELAY_MS from the second push on: STATS is answered meanwhile. */
-    int seen = stats_while_stepping(obs, DELAY_MS / 2, &first);
+    int seen = stats_while_stepping(r.obs, DELAY_MS / 2, &first);
     assert_true(seen >= 1);
     /* An observer's pull sent during the step is answered after it, with its result. */
     float pulled[N];
     zps_reply_info_t pi;
-    assert_int_equal(zps_client_pull(obs, 0, pulled, N, &pi), 0);
+    assert_int_equal(zps_client_pull(r.obs, 0, pulled, N, &pi), 0);
     uint64_t pulled_ns = zps_now_ns();
     assert_int_equal(pi.min_version, 1);
-    assert_memory_equal(pulled, want, sizeof(want));
-    check_exchanges(a, t, want, 1);
+    assert_memory_equal(pulled, r.want, sizeof(r.want));
+    check_exchanges(r.a, r.t, r.want, 1);
     assert_true(pulled_ns - t0 >= (uint64_t)DELAY_MS * 1000000ull);
     for (int k = 0; k < WORKERS; k++)
-        assert_true(a[k].done_ns - t0 >= (uint64_t)DELAY_MS * 1000000ull);
-    assert_true(first < a[0].done_ns && first < a[1].done_ns);
+        assert_true(r.a[k].done_ns - t0 >= (uint64_t)DELAY_MS * 1000000ull);
+    assert_true(first < r.a[0].done_ns && first < r.a[1].done_ns);
 
     /* Two more clocks, each step in the background, each exact. */
     for (uint64_t clock = 1; clock <= 2; clock++) {
-        step_by_hand(want, clock);
-        exchanges(&srv, w, clock, a, t);
-        check_exchanges(a, t, want, clock + 1);
+        step_by_hand(r.want, clock);
+        exchanges(&r.srv, r.w, clock, r.a, r.t);
+        check_exchanges(r.a, r.t, r.want, clock + 1);
     }
     char *json = NULL;
-    assert_int_equal(zps_client_stats(obs, 0, &json), 0);
+    assert_int_equal(zps_client_stats(r.obs, 0, &json), 0);
     assert_true(json_has(json, "\"steps\":3,"));
     assert_true(json_has(json, "\"steps_background\":3}"));
     assert_true(json_has(json, "\"step_running\":false"));
     free(json);
-    for (int k = 0; k < WORKERS; k++)
-        zps_client_free(w[k]);
-    zps_client_free(obs);
-    assert_int_equal(harness_stop(&srv), 0);
+    run_clients_free(&r);
+    assert_int_equal(harness_stop(&r.srv), 0);
 }
 
 /* The control: the same slow step on the loop's thread keeps STATS waiting. */
 static void test_blocking_control(void **state)
 {
     (void)state;
-    harness_server_t srv;
-    start(&srv, "1073741824", NULL, false);
-    zps_client_t *w[WORKERS] = {client(&srv, 0), client(&srv, 1)};
-    zps_client_t *obs = client(&srv, -1);
-    assert_int_equal(zps_client_init(w[0], w0, N), 0);
-    float want[N];
-    memcpy(want, w0, sizeof(want));
-    step_by_hand(want, 0);
-    exchange_arg_t a[WORKERS];
-    pthread_t t[WORKERS];
-    exchanges(&srv, w, 0, a, t);
+    run_t r;
+    run_start(&r, "1073741824", NULL);
     uint64_t first = 0;
-    assert_int_equal(stats_while_stepping(obs, DELAY_MS / 2, &first), 0);
-    check_exchanges(a, t, want, 1);
+    assert_int_equal(stats_while_stepping(r.obs, DELAY_MS / 2, &first), 0);
+    check_exchanges(r.a, r.t, r.want, 1);
     char *json = NULL;
-    assert_int_equal(zps_client_stats(obs, 0, &json), 0);
+    assert_int_equal(zps_client_stats(r.obs, 0, &json), 0);
     assert_true(json_has(json, "\"steps_background\":0}"));
     free(json);
-    for (int k = 0; k < WORKERS; k++)
-        zps_client_free(w[k]);
-    zps_client_free(obs);
-    assert_int_equal(harness_stop(&srv), 0);
+    run_clients_free(&r);
+    assert_int_equal(harness_stop(&r.srv), 0);
 }
 
 static void test_sigterm_waits(void **state)
@@ -265,41 +270,31 @@ static void test_sigterm_waits(void **state)
     (void)state;
     char dir[] = "/tmp/zps-bgstep-XXXXXX";
     assert_non_null(mkdtemp(dir));
-    harness_server_t srv;
-    start(&srv, "0", dir, false);
-    zps_client_t *w[WORKERS] = {client(&srv, 0), client(&srv, 1)};
-    zps_client_t *obs = client(&srv, -1);
-    assert_int_equal(zps_client_init(w[0], w0, N), 0);
-    float want[N];
-    memcpy(want, w0, sizeof(want));
-    step_by_hand(want, 0);
-    exchange_arg_t a[WORKERS];
-    pthread_t t[WORKERS];
-    exchanges(&srv, w, 0, a, t);
+    run_t r;
+    run_start(&r, "0", dir);
     uint64_t first = 0;
     /* SIGTERM once the step is seen running: it stops after the step, saving it. */
     uint64_t until = zps_now_ns() + 5000000000ull;
     while (!first && zps_now_ns() < until)
-        (void)stats_while_stepping(obs, 100, &first);
+        (void)stats_while_stepping(r.obs, 100, &first);
     assert_true(first != 0);
-    assert_int_equal(harness_stop(&srv), 0);
+    assert_int_equal(harness_stop(&r.srv), 0);
     /* The exchanges were answered with the step's result before the server went. */
-    check_exchanges(a, t, want, 1);
+    check_exchanges(r.a, r.t, r.want, 1);
     char path[512];
     snprintf(path, sizeof(path), "%s/shard-0-of-1-v%020llu.zpsckpt", dir, 1ull);
     struct stat st;
     assert_int_equal(stat(path, &st), 0);
-    for (int k = 0; k < WORKERS; k++)
-        zps_client_free(w[k]);
-    zps_client_free(obs);
+    run_clients_free(&r);
 
+    harness_server_t srv;
     start(&srv, "0", dir, true);
-    obs = client(&srv, -1);
+    zps_client_t *obs = client(&srv, -1);
     float pulled[N];
     zps_reply_info_t pi;
     assert_int_equal(zps_client_pull(obs, 0, pulled, N, &pi), 0);
     assert_int_equal(pi.min_version, 1);
-    assert_memory_equal(pulled, want, sizeof(want));
+    assert_memory_equal(pulled, r.want, sizeof(r.want));
     zps_client_free(obs);
     assert_int_equal(harness_stop(&srv), 0);
     char cmd[600];
