@@ -116,10 +116,13 @@ typedef struct zps_daemon {
     zps_slot_t *slots; /* [W] */
     zps_step_t step;
     /* While a step runs off the loop's thread, the first request that
-     * touches the model waits here, and the sockets are not read past it
-     * (server.c); a SIGINT or SIGTERM waits for the step too. */
+     * touches the model (or comes from the connection the step will
+     * answer) waits here, with what decoding it said, and the sockets are
+     * not read past it (server.c); a SIGINT or SIGTERM waits for the step
+     * too. */
     bool held;
     zps_message_t held_msg;
+    int held_rc;
     int stop_signal;
 
     /* Scratch, reused by every BSP step and every batch of ready pulls. */

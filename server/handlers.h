@@ -56,6 +56,9 @@ bool zps_handlers_stepping(const struct zps_daemon *d);
 /* Whether that step is a BSP step (the workers wait for it; it belongs to a clock). */
 bool zps_handlers_bsp_stepping(const struct zps_daemon *d);
 
+/* Whether that step will answer a request of this peer (the push it belongs to). */
+bool zps_handlers_awaits(const struct zps_daemon *d, const zps_peer_t *peer);
+
 /* Answers every parked pull the rules now allow. */
 void zps_handlers_answer_ready(struct zps_daemon *d);
 

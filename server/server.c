@@ -221,14 +221,32 @@ static bool touches_model(uint32_t type)
            type == ZPS_MSG_CHECKPOINT || type == ZPS_MSG_SHM;
 }
 
+static void answer(zps_daemon_t *d, zps_message_t *m, int rc);
 static void serve(zps_daemon_t *d, zps_request_t *r);
 
-/* Answers one received message; rc is what decoding it said. */
+/* Handles one received message; rc is what decoding it said. */
 static void handle(zps_daemon_t *d, zps_message_t *m, int rc)
 {
-    zps_request_t r = {&m->peer, &m->hdr, m, 0};
     d->count.msgs_in++;
     d->count.bytes_in += m->bytes;
+    /* While a step runs off the loop's thread, a request that touches the
+     * model waits for it, and so does anything from a connection whose
+     * request the step will answer, so that its replies stay in order;
+     * nothing is read past it meanwhile. */
+    if (zps_handlers_stepping(d) && (zps_handlers_awaits(d, &m->peer) ||
+                                     (rc == 0 && touches_model(m->hdr.type)))) {
+        zps_message_move(&d->held_msg, m);
+        d->held_rc = rc;
+        d->held = true;
+        return;
+    }
+    answer(d, m, rc);
+}
+
+/* Answers one received message, rc what decoding it said, now. */
+static void answer(zps_daemon_t *d, zps_message_t *m, int rc)
+{
+    zps_request_t r = {&m->peer, &m->hdr, m, 0};
     if (rc != 0) {
         static const char *const what[] = {
             [-ZPS_EPROTO] = "the header frame could not be decoded",
@@ -259,12 +277,6 @@ static void handle(zps_daemon_t *d, zps_message_t *m, int rc)
     char why[256];
     if (!zps_auth_allows(&d->auth, &m->peer, &m->hdr, why, sizeof(why))) {
         zps_reply_error(d, &r, ZPS_EDENIED, "%s", why);
-        return;
-    }
-    if (zps_handlers_stepping(d) && touches_model(m->hdr.type)) {
-        /* Served once the step is taken; nothing is read past it meanwhile. */
-        zps_message_move(&d->held_msg, m);
-        d->held = true;
         return;
     }
     serve(d, &r);
@@ -434,11 +446,12 @@ void zps_daemon_steps_done(zps_daemon_t *d)
         zps_message_t m;
         zps_message_move(&m, &d->held_msg);
         d->held = false;
-        zps_request_t r = {&m.peer, &m.hdr, &m, 0};
-        if (d->stop_signal)
+        if (d->stop_signal) {
+            zps_request_t r = {&m.peer, &m.hdr, &m, 0};
             zps_reply_error(d, &r, ZPS_ESHUTDOWN, "the server is shutting down");
-        else
-            serve(d, &r);
+        } else {
+            answer(d, &m, d->held_rc);
+        }
         zps_message_close(&m);
     }
     /* Serving it may have started another step: a signal waits for that one. */
