@@ -50,7 +50,7 @@ typedef struct zps_slot {
  */
 typedef struct zps_step {
     uv_work_t work;
-    struct zps_daemon *d;
+    struct zps_daemon *d; /* its daemon, set once at start */
     bool running; /* queued or running on a threadpool thread */
     uint64_t clock;
     uint32_t k;             /* pushes, their ranks in d->ranks */

@@ -331,17 +331,18 @@ static bool in_background(const zps_daemon_t *d)
 static void step_work(uv_work_t *w);
 static void step_after(uv_work_t *w, int status);
 
-/* Queues d->step's step_compute on the threadpool; false when it cannot (then run it here). */
-static bool queue_step(zps_daemon_t *d)
+/*
+ * Queues d->step's step_compute on the threadpool. uv_queue_work fails only
+ * without a work callback, and nothing here cancels the request.
+ */
+static void queue_step(zps_daemon_t *d)
 {
     zps_step_t *s = &d->step;
-    s->d = d;
     s->work.data = s;
-    if (uv_queue_work(&d->loop, &s->work, step_work, step_after) != 0)
-        return false;
+    int rc = uv_queue_work(&d->loop, &s->work, step_work, step_after);
+    ZPS_ASSERT(rc == 0);
     s->running = true;
     d->count.steps_background++;
-    return true;
 }
 
 /* Gathers the next step that is due into d->step; false when none is. */
@@ -455,9 +456,8 @@ static void step_after(uv_work_t *w, int status)
 {
     zps_step_t *s = w->data;
     zps_daemon_t *d = s->d;
+    ZPS_ASSERT(status == 0); /* never cancelled */
     s->running = false;
-    if (status != 0) /* never cancelled; should it be, the step is still due */
-        step_compute(s);
     if (s->apply) {
         finish_apply(d);
         zps_daemon_steps_done(d);
@@ -483,9 +483,10 @@ static bool take_steps(zps_daemon_t *d)
     if (s->running)
         return true;
     while (step_begin(d)) {
-        if (in_background(d) && queue_step(d))
+        if (in_background(d)) {
+            queue_step(d);
             return true;
-        s->d = d;
+        }
         step_compute(s);
         step_end(d);
     }
@@ -656,11 +657,8 @@ void zps_handle_push(zps_daemon_t *d, zps_request_t *r)
             s->push_reply_flags = r->reply_flags;
             s->where = 0;
             zps_message_move(&s->apply_msg, r->msg);
-            if (queue_step(d))
-                return;
-            zps_message_move(r->msg, &s->apply_msg);
-            s->apply = false;
-            grad = zps_message_floats(r->msg); /* a small payload moved with its zmq_msg_t */
+            queue_step(d);
+            return;
         }
         rc = zps_store_apply_bounded(&d->store, grad, g_max, dec.lr_scale, &where);
         if (!applied(d, r, rc, where, dec.update_staleness, &h))

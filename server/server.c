@@ -857,6 +857,7 @@ int zps_server_run(const zps_server_config_t *cfg, bool *unsaved)
     zps_daemon_t d;
     memset(&d, 0, sizeof(d));
     d.cfg = cfg;
+    d.step.d = &d;
     d.fingerprint = zps_fingerprint(cfg);
     d.started_ns = zps_now_ns();
     zps_store_init(&d.store);
