@@ -51,17 +51,17 @@ typedef struct zps_slot {
 typedef struct zps_step {
     uv_work_t work;
     struct zps_daemon *d; /* its daemon, set once at start */
-    bool running; /* queued or running on a threadpool thread */
+    bool running;         /* queued or running on a threadpool thread */
     uint64_t clock;
-    uint32_t k;             /* pushes, their ranks in d->ranks */
-    double g_max;           /* the largest |g| of them */
-    float *dst;             /* the reply copy written in the step's pass, or NULL */
-    zps_reply_buf_t *buf;   /* dst's reply-cache buffer, or NULL */
-    int shm_buf;            /* dst's shared-memory buffer, or -1 */
-    bool ok;                /* the step was finite, and taken */
-    size_t where;           /* if not: where it would not have been */
-    uint32_t crc;           /* of dst */
-    uint32_t refused;       /* steps refused since the push below (or the tick) began them */
+    uint32_t k;           /* pushes, their ranks in d->ranks */
+    double g_max;         /* the largest |g| of them */
+    float *dst;           /* the reply copy written in the step's pass, or NULL */
+    zps_reply_buf_t *buf; /* dst's reply-cache buffer, or NULL */
+    int shm_buf;          /* dst's shared-memory buffer, or -1 */
+    bool ok;              /* the step was finite, and taken */
+    size_t where;         /* if not: where it would not have been */
+    uint32_t crc;         /* of dst */
+    uint32_t refused;     /* steps refused since the push below (or the tick) began them */
     /* The push that made the steps due, answered once they are taken. */
     bool answer_push;
     zps_peer_t push_peer;

@@ -233,8 +233,8 @@ static void handle(zps_daemon_t *d, zps_message_t *m, int rc)
      * model waits for it, and so does anything from a connection whose
      * request the step will answer, so that its replies stay in order;
      * nothing is read past it meanwhile. */
-    if (zps_handlers_stepping(d) && (zps_handlers_awaits(d, &m->peer) ||
-                                     (rc == 0 && touches_model(m->hdr.type)))) {
+    if (zps_handlers_stepping(d) &&
+        (zps_handlers_awaits(d, &m->peer) || (rc == 0 && touches_model(m->hdr.type)))) {
         zps_message_move(&d->held_msg, m);
         d->held_rc = rc;
         d->held = true;

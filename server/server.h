@@ -78,7 +78,8 @@ typedef struct zps_server_config {
     uint32_t step_delay_ms;
 } zps_server_config_t;
 
-/* background_step_bytes by default: a step of 16 MiB takes milliseconds, its hand-off microseconds. */
+/* background_step_bytes by default: a step of 16 MiB takes milliseconds, its hand-off microseconds.
+ */
 #define ZPS_BACKGROUND_STEP_BYTES (16ull << 20)
 
 /* Defaults: tcp://127.0.0.1:7100, shard 0/1, BSP, SGD. `consistency.workers` must still be set. */

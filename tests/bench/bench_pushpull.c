@@ -796,9 +796,10 @@ static model_zps_t model_zps(model_worker_t *proto, const char *background, bool
     char wstr[16];
     snprintf(wstr, sizeof(wstr), "%d", workers);
     char shard[32];
-    const char *args[] = {"--workers", wstr,    "--lr",  "1e-9",
-                          "--log-level", "warn", "--shard", shard,
-                          "--background-step-bytes", background, NULL};
+    const char *args[] = {"--workers", wstr,          "--lr",
+                          "1e-9",      "--log-level", "warn",
+                          "--shard",   shard,         "--background-step-bytes",
+                          background,  NULL};
     for (int k = 0; k < shards; k++) {
         snprintf(shard, sizeof(shard), "%d/%d", k, shards);
         if (harness_start(&srv[k], args) != 0) {

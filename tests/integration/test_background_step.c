@@ -78,8 +78,9 @@ static void start_mode(harness_server_t *srv, const char *mode, const char *lr,
 {
     const char *args[24];
     int n = 0;
-    const char *fixed[] = {"--workers",   "2",    "--lr",            lr,     "--mode", mode,
-                           "--log-level", "warn", "--step-delay-ms", "1500", NULL};
+    const char *fixed[] = {"--workers",       "2",    "--lr",        lr,
+                           "--mode",          mode,   "--log-level", "warn",
+                           "--step-delay-ms", "1500", NULL};
     for (int i = 0; fixed[i]; i++)
         args[n++] = fixed[i];
     args[n++] = "--background-step-bytes";
@@ -373,10 +374,8 @@ static void test_bound_counts_apply(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_served_while_stepping),
-        cmocka_unit_test(test_blocking_control),
-        cmocka_unit_test(test_sigterm_waits),
-        cmocka_unit_test(test_asp_apply_off_loop),
+        cmocka_unit_test(test_served_while_stepping), cmocka_unit_test(test_blocking_control),
+        cmocka_unit_test(test_sigterm_waits),         cmocka_unit_test(test_asp_apply_off_loop),
         cmocka_unit_test(test_bound_counts_apply),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
