@@ -63,6 +63,9 @@
 typedef struct result {
     double seconds; /* per round trip, median */
     int rounds;
+    /* --model: minor page faults per timed clock, the client process's and
+     * all servers' together */
+    double faults_client, faults_servers;
 } result_t;
 
 static int cmp_double(const void *a, const void *b)
@@ -75,7 +78,7 @@ static int cmp_double(const void *a, const void *b)
 static result_t median_of(double *t, int rounds)
 {
     qsort(t, (size_t)rounds, sizeof(double), cmp_double);
-    result_t res = {t[rounds / 2], rounds};
+    result_t res = {.seconds = t[rounds / 2], .rounds = rounds};
     free(t);
     return res;
 }
@@ -643,7 +646,22 @@ typedef struct model_worker {
     pthread_barrier_t *barrier;
     double *t; /* per round, this worker's */
     int failed;
+    /* Rank 0 counts the minor page faults over the timed rounds: of this
+     * process ([0]) and of each server ([1 + k], pid[k]). */
+    const pid_t *pid;
+    long *faults;
 } model_worker_t;
+
+/* Rank 0, after the warm-up round (sign -1) and after the last (+1): adds
+ * sign times each process's fault count to w->faults. */
+static void count_faults(const model_worker_t *w, int sign)
+{
+    if (w->rank != 0 || !w->pid || sign == 0)
+        return;
+    w->faults[0] += sign * harness_minor_faults(getpid());
+    for (int k = 0; k < w->shards; k++)
+        w->faults[1 + k] += sign * harness_minor_faults(w->pid[k]);
+}
 
 /* One worker of the zps cluster: an exchange per clock over all shards. */
 static void *model_zps_worker(void *arg)
@@ -670,6 +688,7 @@ static void *model_zps_worker(void *arg)
         }
         if (r >= 0)
             w->t[r] = (double)(zps_now_ns() - t0) / 1e9;
+        count_faults(w, r < 0 ? -1 : r == w->rounds - 1 ? 1 : 0);
     }
     free(params);
     zps_client_free(c);
@@ -701,6 +720,7 @@ static void *model_echo_worker(void *arg)
                 w->failed = 1;
         if (r >= 0)
             w->t[r] = (double)(zps_now_ns() - t0) / 1e9;
+        count_faults(w, r < 0 ? -1 : r == w->rounds - 1 ? 1 : 0);
     }
     for (int k = 0; k < w->shards; k++)
         zmq_close(s[k]);
@@ -717,11 +737,13 @@ static result_t model_run(void *(*fn)(void *), model_worker_t *proto, int worker
     pthread_t th[64];
     model_worker_t w[64];
     pthread_barrier_t barrier;
+    long faults[65] = {0};
     pthread_barrier_init(&barrier, NULL, (unsigned)workers);
     for (int i = 0; i < workers; i++) {
         w[i] = *proto;
         w[i].rank = i;
         w[i].barrier = &barrier;
+        w[i].faults = faults;
         w[i].t = calloc((size_t)proto->rounds, sizeof(double));
         pthread_create(&th[i], NULL, fn, &w[i]);
     }
@@ -738,7 +760,11 @@ static result_t model_run(void *(*fn)(void *), model_worker_t *proto, int worker
         fprintf(stderr, "model benchmark failed\n");
         exit(1);
     }
-    return median_of(all, workers * proto->rounds);
+    result_t res = median_of(all, workers * proto->rounds);
+    res.faults_client = (double)faults[0] / proto->rounds;
+    for (int k = 0; k < proto->shards; k++)
+        res.faults_servers += (double)faults[1 + k] / proto->rounds;
+    return res;
 }
 
 /* A JSON number after `key` in text, or -1. */
@@ -824,6 +850,10 @@ static model_zps_t model_zps(model_worker_t *proto, const char *background, bool
     }
     free(zero);
     proto->endpoints = eps;
+    pid_t pid[64];
+    for (int k = 0; k < shards; k++)
+        pid[k] = srv[k].pid;
+    proto->pid = pid;
     prober_t *pr = calloc(1, sizeof(*pr));
     pr->endpoint = eps[0];
     atomic_init(&pr->stop, false);
@@ -857,6 +887,7 @@ static model_zps_t model_zps(model_worker_t *proto, const char *background, bool
     zps_client_free(c);
     for (int k = 0; k < shards; k++)
         harness_stop(&srv[k]);
+    proto->pid = NULL;
     return out;
 }
 
@@ -883,6 +914,10 @@ static void bench_model(size_t bytes, int shards, int workers, int rounds, raw_s
                             .echo = echo,
                             .bytes = bytes,
                             .grad = grad};
+    pid_t echo_pid[64];
+    for (int k = 0; k < shards; k++)
+        echo_pid[k] = echo[k].pid;
+    proto.pid = echo_pid;
     result_t echo_r = model_run(model_echo_worker, &proto, workers);
     proto.framed = true;
     result_t frames_r = model_run(model_echo_worker, &proto, workers);
@@ -916,6 +951,19 @@ static void bench_model(size_t bytes, int shards, int workers, int rounds, raw_s
                runs[k]->clock.seconds * 1e3, runs[k]->clock.seconds / off.clock.seconds,
                runs[k]->stats_p50 * 1e3, runs[k]->stats_p99 * 1e3, runs[k]->stats_max * 1e3,
                runs[k]->probes);
+    printf("\nminor page faults per clock (after the warm-up round), the workers' process and\n"
+           "all servers together\n\n");
+    printf("%14s | %14s | %14s\n", "run", "workers", "servers");
+    const struct {
+        const char *name;
+        const result_t *r;
+    } rows[] = {{"echo", &echo_r},
+                {"echo frames", &frames_r},
+                {"zps off loop", &off.clock},
+                {"zps on loop", &on.clock}};
+    for (size_t k = 0; k < sizeof(rows) / sizeof(rows[0]); k++)
+        printf("%14s | %14.0f | %14.0f\n", rows[k].name, rows[k].r->faults_client,
+               rows[k].r->faults_servers);
     printf("\n");
     print_result("exchange-model", bytes, zps_r);
     print_result("exchange-model-loop", bytes, on.clock);

@@ -322,3 +322,22 @@ long harness_peak_rss_kb(pid_t pid)
 {
     return status_kb(pid, "VmHWM:");
 }
+
+long harness_minor_faults(pid_t pid)
+{
+    char path[64], line[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(line, 1, sizeof(line) - 1, f);
+    fclose(f);
+    line[n] = '\0';
+    /* After the command's closing parenthesis: state, ppid, pgrp, session,
+     * tty_nr, tpgid, flags, then minflt (proc(5), field 10). */
+    const char *p = strrchr(line, ')');
+    unsigned long minflt;
+    if (!p || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %lu", &minflt) != 1)
+        return -1;
+    return (long)minflt;
+}

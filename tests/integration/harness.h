@@ -57,6 +57,9 @@ long harness_rss_kb(pid_t pid);
 /* Its peak resident set size in kB (VmHWM), or -1. */
 long harness_peak_rss_kb(pid_t pid);
 
+/* The minor page faults the process has taken (minflt in /proc/PID/stat), or -1. */
+long harness_minor_faults(pid_t pid);
+
 /* Whether ZPS_TEST_SECURE asks for keys. */
 bool harness_secure(void);
 
