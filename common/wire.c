@@ -215,7 +215,16 @@ void zps_wire_tune_malloc(void)
      * also stop glibc's own adjustment of both, which would return the
      * frames' memory, 2 MiB at a time, after every message. */
     mallopt(M_MMAP_THRESHOLD, 32 << 20);
-    mallopt(M_TRIM_THRESHOLD, INT32_MAX);
+    mallopt(M_TRIM_THRESHOLD, -1); /* never trimmed (mallopt(3)) */
+    /* One arena for every thread. ZeroMQ's I/O thread allocates the frames
+     * it receives, and a thread's own arena is a chain of 64 MiB heaps of
+     * which glibc unmaps any that empties, whatever the trim threshold: a
+     * server holding W large pushes until its step, then freeing them at
+     * once, faulted their pages in anew every clock (docs/benchmarks.md,
+     * "Page faults"). The main arena is trimmed only past M_TRIM_THRESHOLD,
+     * that is never. Its lock is shared, but the threads here allocate a
+     * few buffers a message, not in loops. */
+    mallopt(M_ARENA_MAX, 1);
 }
 
 /* Counts a received frame of n bytes that came over the connection. */

@@ -272,11 +272,13 @@ uint64_t zps_wire_pool_bytes(void);
  * Sets the process's malloc so that buffers up to 32 MiB (frames among
  * them) come from its heap and freed memory stays there for the next message,
  * rather than being mapped and unmapped per message (each mapping costs a
- * page fault per 4 KiB on first touch). Programs that move large payloads
- * call it first thing in main(), before ZeroMQ starts its threads: the
- * memory of the frames of the largest messages received at once then stays
- * resident. zps_client_new calls it too, unless its options say
- * keep_malloc. Calling it again changes nothing.
+ * page fault per 4 KiB on first touch); every thread shares that one heap
+ * (glibc's per-thread heaps are unmapped whenever one empties, which a
+ * burst of frames received and freed together does). Programs that move
+ * large payloads call it first thing in main(), before ZeroMQ starts its
+ * threads: the memory of the frames of the largest messages received at
+ * once then stays resident. zps_client_new calls it too, unless its
+ * options say keep_malloc. Calling it again changes nothing.
  */
 void zps_wire_tune_malloc(void);
 
