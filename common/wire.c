@@ -698,29 +698,37 @@ static int judge(zps_message_t *msg, bool verify)
         size_t elem = zps_wire_elem_bytes(&msg->hdr);
         if (msg->hdr.length > SIZE_MAX / sizeof(float) || bytes != msg->hdr.length * elem)
             return ZPS_ELENGTH;
-        if (msg->frames) {
-            msg->narrow = elem != sizeof(float);
-            return verify ? check_frames(msg) : 0;
-        }
-        if (elem != sizeof(float)) {
-            msg->narrow = true;
-            return verify ? widen(msg) : 0;
-        }
-        if (verify) {
-            size_t bad;
-            float mx;
-            if (zps_crc_scan_max(zmq_msg_data(&msg->payload), msg->hdr.length, &bad, &mx) !=
-                msg->hdr.checksum)
-                return ZPS_ECHECKSUM;
-            msg->scanned = true;
-            msg->first_nonfinite = bad;
-            msg->abs_max = mx;
-        }
+        msg->narrow = elem != sizeof(float);
+        return verify ? zps_message_check(msg) : 0;
     } else if (msg->hdr.length != 0 && !msg->hdr.reply && msg->hdr.type != ZPS_MSG_PULL &&
                !(msg->hdr.flags & ZPS_FLAG_SHM)) {
         return ZPS_ELENGTH;
     }
     return 0;
+}
+
+int zps_message_check(zps_message_t *msg)
+{
+    if (!msg->has_payload || msg->scanned)
+        return 0;
+    if (msg->frames)
+        return check_frames(msg);
+    if (msg->narrow)
+        return widen(msg);
+    size_t bad;
+    float mx;
+    if (zps_crc_scan_max(zmq_msg_data(&msg->payload), msg->hdr.length, &bad, &mx) !=
+        msg->hdr.checksum)
+        return ZPS_ECHECKSUM;
+    msg->scanned = true;
+    msg->first_nonfinite = bad;
+    msg->abs_max = mx;
+    return 0;
+}
+
+bool zps_peer_same(const zps_peer_t *a, const zps_peer_t *b)
+{
+    return a->session == b->session && a->len == b->len && memcmp(a->id, b->id, a->len) == 0;
 }
 
 int zps_wire_recv(void *sock, int flags, bool router, zps_message_t *msg)

@@ -197,6 +197,19 @@ int zps_wire_recv(void *sock, int flags, bool router, zps_message_t *msg);
 int zps_wire_recv_deferred(void *sock, int flags, bool router, zps_message_t *msg);
 
 /*
+ * Checks the payload of a message received with zps_wire_recv_deferred as
+ * zps_wire_recv would have on receipt: its checksum verified, its values
+ * scanned (msg->scanned, first_nonfinite, abs_max), a bfloat16 payload
+ * widened. Returns 0 (also for a message without payload, or one already
+ * checked), ZPS_ECHECKSUM or ZPS_ENOMEM. Any thread may call it, for a
+ * message no other thread touches meanwhile.
+ */
+int zps_message_check(zps_message_t *msg);
+
+/* Whether a and b are the same peer: the same routing id in the same sealed session, or none. */
+bool zps_peer_same(const zps_peer_t *a, const zps_peer_t *b);
+
+/*
  * Copies the payload of a message received with zps_wire_recv_deferred to
  * dst (hdr.length floats, widened from bfloat16 when the message is
  * `narrow`) while computing its checksum. Returns 0, or ZPS_ECHECKSUM when

@@ -77,6 +77,19 @@ typedef struct zps_step {
     int rc;
 } zps_step_t;
 
+/*
+ * A received payload being checked off the loop's thread (server.c,
+ * "Checks"): its CRC32C verified and its values scanned before the message
+ * is answered.
+ */
+typedef struct zps_check {
+    uv_work_t work;
+    struct zps_daemon *d; /* its daemon, set once at start */
+    bool running;         /* queued or running on a threadpool thread */
+    zps_message_t msg;    /* the message, received unchecked */
+    int rc;               /* what the check said */
+} zps_check_t;
+
 typedef struct zps_daemon {
     const zps_server_config_t *cfg;
     uint64_t fingerprint; /* zps_fingerprint(cfg), computed once: cfg never changes */
@@ -115,11 +128,12 @@ typedef struct zps_daemon {
     zps_consistency_t *consistency;
     zps_slot_t *slots; /* [W] */
     zps_step_t step;
-    /* While a step runs off the loop's thread, the first request that
-     * touches the model (or comes from the connection the step will
-     * answer) waits here, with what decoding it said, and the sockets are
-     * not read past it (server.c); a SIGINT or SIGTERM waits for the step
-     * too. */
+    zps_check_t check;
+    /* While a step or a check runs off the loop's thread, the first
+     * request that touches the model (or comes from the connection the
+     * step or check will answer) waits here, with what decoding it said,
+     * and the sockets are not read past it (server.c); a SIGINT or SIGTERM
+     * waits for the step or check too. */
     bool held;
     zps_message_t held_msg;
     int held_rc;
@@ -187,8 +201,9 @@ void zps_daemon_model_known(zps_daemon_t *d);
 
 /*
  * The steps that ran off the loop's thread are all taken and answered
- * (handlers.c): the held request is served, or a signal that came meanwhile
- * acted on, and the sockets are read again (server.c).
+ * (handlers.c), or a check off it is answered (server.c): the held request
+ * is served, or a signal that came meanwhile acted on, and the sockets are
+ * read again.
  */
 void zps_daemon_steps_done(zps_daemon_t *d);
 

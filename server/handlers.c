@@ -508,19 +508,14 @@ bool zps_handlers_bsp_stepping(const zps_daemon_t *d)
     return d->step.running && !d->step.apply;
 }
 
-static bool same_peer(const zps_peer_t *a, const zps_peer_t *b)
-{
-    return a->session == b->session && a->len == b->len && memcmp(a->id, b->id, a->len) == 0;
-}
-
 bool zps_handlers_awaits(const zps_daemon_t *d, const zps_peer_t *peer)
 {
     const zps_step_t *s = &d->step;
     if (!s->running)
         return false;
     if (s->apply)
-        return same_peer(&s->apply_msg.peer, peer);
-    return s->answer_push && same_peer(&s->push_peer, peer);
+        return zps_peer_same(&s->apply_msg.peer, peer);
+    return s->answer_push && zps_peer_same(&s->push_peer, peer);
 }
 
 /* ---- PUSH ---- */

@@ -60,11 +60,14 @@ static void usage(FILE *f)
             "                         on; it rejoins at the current clock (default 0: never)\n"
             "  --background-step-bytes B\n"
             "                         take the optimizer steps of a shard of at least B bytes\n"
-            "                         (BSP's, or each push applied under SSP and ASP) on a\n"
+            "                         (BSP's, or each push applied under SSP and ASP), and\n"
+            "                         the checks of the payloads as large it receives, on a\n"
             "                         helper thread, serving meanwhile what does not touch\n"
-            "                         the model (default 16777216; 0: every step)\n"
+            "                         the model (default 16777216; 0: every step and check)\n"
             "  --step-delay-ms MS     fault injection: every step first waits MS ms, as a\n"
             "                         slow server would (default 0)\n"
+            "  --check-delay-ms MS    fault injection: every check off the loop's thread\n"
+            "                         first waits MS ms (default 0)\n"
             "\n"
             "Optimizer (applied on the server; formulas in docs/optimizers.md):\n"
             "%s"
@@ -126,6 +129,7 @@ enum {
     OPT_WORKER_TIMEOUT,
     OPT_BACKGROUND_STEP,
     OPT_STEP_DELAY,
+    OPT_CHECK_DELAY,
     OPT_CKPT_DIR,
     OPT_CKPT_EVERY,
     OPT_CKPT_KEEP,
@@ -158,6 +162,7 @@ static const struct option options[] = {
     {"worker-timeout", required_argument, NULL, OPT_WORKER_TIMEOUT},
     {"background-step-bytes", required_argument, NULL, OPT_BACKGROUND_STEP},
     {"step-delay-ms", required_argument, NULL, OPT_STEP_DELAY},
+    {"check-delay-ms", required_argument, NULL, OPT_CHECK_DELAY},
     ZPS_OPT_FLAG_OPTIONS,
     {"checkpoint-dir", required_argument, NULL, OPT_CKPT_DIR},
     {"checkpoint-every", required_argument, NULL, OPT_CKPT_EVERY},
@@ -291,6 +296,11 @@ int main(int argc, char **argv)
             if (zps_parse_long(a, 0, 3600000, &l))
                 return bad_flag("--step-delay-ms", a, "milliseconds in [0, 3600000]");
             cfg.step_delay_ms = (uint32_t)l;
+            break;
+        case OPT_CHECK_DELAY:
+            if (zps_parse_long(a, 0, 3600000, &l))
+                return bad_flag("--check-delay-ms", a, "milliseconds in [0, 3600000]");
+            cfg.check_delay_ms = (uint32_t)l;
             break;
         case OPT_CKPT_DIR:
             cfg.checkpoint_dir = a;

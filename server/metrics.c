@@ -146,6 +146,9 @@ void zps_metrics_text(const zps_daemon_t *d, zps_strbuf_t *b)
     one(b, d, "zps_optimizer_steps_background_total", "counter",
         "Steps (BSP, or pushes applied on arrival) taken off the loop's thread.",
         (double)c->steps_background);
+    one(b, d, "zps_payload_checks_background_total", "counter",
+        "Received payloads checked (CRC32C, finite scan) off the loop's thread.",
+        (double)c->checks_background);
     one(b, d, "zps_steps_refused_total", "counter",
         "Steps or pushes refused because a value would not be finite.", (double)c->steps_refused);
     count_histogram(b, d, "zps_update_staleness_updates",

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <uv.h>
 #include <zmq.h>
@@ -140,9 +141,10 @@ static void on_liveness(uv_timer_t *t)
     zps_daemon_drain(d);
     /* Not while a request is held back for a step off the loop's thread
      * either (those behind it are not read until the step is taken), nor
-     * during a BSP step: an eviction changes the quorum of its clock. */
+     * during a BSP step: an eviction changes the quorum of its clock; nor
+     * during a check: an eviction may start a step ("Checks"). */
     if (d->stopping || uv_is_active((uv_handle_t *)&d->idle) || d->held ||
-        zps_handlers_bsp_stepping(d))
+        zps_handlers_bsp_stepping(d) || d->check.running)
         return;
     listen = zps_daemon_listening_ns(d);
     uint64_t limit = d->cfg->worker_timeout_ms * 1000000ull;
@@ -224,23 +226,110 @@ static bool touches_model(uint32_t type)
 static void answer(zps_daemon_t *d, zps_message_t *m, int rc);
 static void serve(zps_daemon_t *d, zps_request_t *r);
 
+/* ---- checks ---- */
+
+/*
+ * A payload on the main socket is received unchecked
+ * (zps_wire_recv_deferred) and checked -- its CRC32C verified, its values
+ * scanned, a bfloat16 one widened -- just before the message is answered:
+ * on the loop's thread, or, when the shard and the payload are both of at
+ * least --background-step-bytes, on a threadpool thread (uv_queue_work;
+ * the check's own chunks go to the helper threads as ever, pool.h).
+ * Meanwhile the message waits in d->check, and the loop treats the check as
+ * it treats a step off its thread: a request that touches the model, or
+ * anything from the connection the check will answer, is held; the rest is
+ * served. A check starts only while no step runs, and a step only from an
+ * answered request or a liveness tick, neither of which happens during a
+ * check: the two never run at once, and the pushes in hand stay what the
+ * memory bound counts (zps_daemon_model_known). A sealed socket's payloads
+ * are checked as they are opened, on the loop's thread.
+ */
+
+/* A step or a check runs off the loop's thread. */
+static bool busy(const zps_daemon_t *d)
+{
+    return zps_handlers_stepping(d) || d->check.running;
+}
+
+/* The step or the check off the loop's thread will answer a request of this peer. */
+static bool awaits(const zps_daemon_t *d, const zps_peer_t *peer)
+{
+    return zps_handlers_awaits(d, peer) ||
+           (d->check.running && zps_peer_same(&d->check.msg.peer, peer));
+}
+
+static bool check_in_background(const zps_daemon_t *d, const zps_message_t *m)
+{
+    uint64_t b = d->cfg->background_step_bytes;
+    return (uint64_t)d->store.len * sizeof(float) >= b && m->hdr.length * sizeof(float) >= b;
+}
+
+static void check_work(uv_work_t *w)
+{
+    zps_check_t *c = w->data;
+    uint32_t ms = c->d->cfg->check_delay_ms;
+    if (ms) {
+        struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000L};
+        while (nanosleep(&t, &t) != 0 && errno == EINTR)
+            ;
+    }
+    c->rc = zps_message_check(&c->msg);
+}
+
+static void check_after(uv_work_t *w, int status)
+{
+    zps_check_t *c = w->data;
+    zps_daemon_t *d = c->d;
+    ZPS_ASSERT(status == 0); /* never cancelled */
+    c->running = false;
+    zps_message_t m;
+    zps_message_move(&m, &c->msg);
+    answer(d, &m, c->rc);
+    zps_message_close(&m);
+    /* Answering may have started a step off the loop: what waits, waits for it. */
+    if (!zps_handlers_stepping(d))
+        zps_daemon_steps_done(d);
+}
+
+/*
+ * Checks a message's payload if it has one not yet checked, then answers
+ * the message, rc what decoding it said; or moves it to d->check and
+ * starts its check off the loop's thread (no step runs: see "Checks").
+ */
+static void admit(zps_daemon_t *d, zps_message_t *m, int rc)
+{
+    if (rc == 0 && m->has_payload && !m->scanned) {
+        if (check_in_background(d, m)) {
+            zps_check_t *c = &d->check;
+            zps_message_move(&c->msg, m);
+            c->work.data = c;
+            int qrc = uv_queue_work(&d->loop, &c->work, check_work, check_after);
+            ZPS_ASSERT(qrc == 0); /* it fails only without a work callback */
+            c->running = true;
+            d->count.checks_background++;
+            return;
+        }
+        rc = zps_message_check(m);
+    }
+    answer(d, m, rc);
+}
+
 /* Handles one received message; rc is what decoding it said. */
 static void handle(zps_daemon_t *d, zps_message_t *m, int rc)
 {
     d->count.msgs_in++;
     d->count.bytes_in += m->bytes;
-    /* While a step runs off the loop's thread, a request that touches the
-     * model waits for it, and so does anything from a connection whose
-     * request the step will answer, so that its replies stay in order;
-     * nothing is read past it meanwhile. */
-    if (zps_handlers_stepping(d) &&
-        (zps_handlers_awaits(d, &m->peer) || (rc == 0 && touches_model(m->hdr.type)))) {
+    /* While a step or check runs off the loop's thread, a request that
+     * touches the model waits for it, and so does anything from a
+     * connection whose request it will answer, so that its replies stay in
+     * order; nothing is read past it meanwhile. */
+    if (busy(d) && (awaits(d, &m->peer) || (rc == 0 && touches_model(m->hdr.type)))) {
         zps_message_move(&d->held_msg, m);
         d->held_rc = rc;
         d->held = true;
         return;
     }
-    answer(d, m, rc);
+    admit(d, m, rc);
 }
 
 /* Answers one received message, rc what decoding it said, now. */
@@ -388,7 +477,7 @@ static bool drain_socket(zps_daemon_t *d, bool sealed, int budget)
             return false;
         zps_message_t m;
         int rc = sealed ? zps_wire_recv_sealed(sock, ZMQ_DONTWAIT, true, true, find_session, d, &m)
-                        : zps_wire_recv(sock, ZMQ_DONTWAIT, true, &m);
+                        : zps_wire_recv_deferred(sock, ZMQ_DONTWAIT, true, &m);
         if (rc == ZPS_EAGAIN)
             return false;
         if (rc == ZPS_ESOCKET) {
@@ -450,12 +539,12 @@ void zps_daemon_steps_done(zps_daemon_t *d)
             zps_request_t r = {&m.peer, &m.hdr, &m, 0};
             zps_reply_error(d, &r, ZPS_ESHUTDOWN, "the server is shutting down");
         } else {
-            answer(d, &m, d->held_rc);
+            admit(d, &m, d->held_rc);
         }
         zps_message_close(&m);
     }
-    /* Serving it may have started another step: a signal waits for that one. */
-    if (d->stop_signal && !zps_handlers_stepping(d)) {
+    /* Serving it may have started another step or a check: a signal waits for that one. */
+    if (d->stop_signal && !busy(d)) {
         int signum = d->stop_signal;
         d->stop_signal = 0;
         on_signal(signum == SIGINT ? &d->sigint : &d->sigterm, signum);
@@ -610,12 +699,14 @@ static void stop(zps_daemon_t *d, const char *why)
 static void on_signal(uv_signal_t *h, int signum)
 {
     zps_daemon_t *d = h->data;
-    /* The step running off the loop's thread writes the parameters: the
-     * shutdown's checkpoint, and the end of the loop, wait for it. */
-    if (zps_handlers_stepping(d)) {
+    /* The step running off the loop's thread writes the parameters, and a
+     * check's push is answered once checked: the shutdown's checkpoint, and
+     * the end of the loop, wait for them. */
+    if (busy(d)) {
         if (!d->stop_signal)
-            zps_info("%s: stopping once the step in progress is taken",
-                     signum == SIGINT ? "SIGINT" : "SIGTERM");
+            zps_info("%s: stopping once the %s in progress is done",
+                     signum == SIGINT ? "SIGINT" : "SIGTERM",
+                     d->check.running ? "check of a received payload" : "step");
         if (d->stop_signal != SIGTERM) /* SIGTERM's promise of a checkpoint stands */
             d->stop_signal = signum;
         return;
@@ -858,6 +949,7 @@ int zps_server_run(const zps_server_config_t *cfg, bool *unsaved)
     memset(&d, 0, sizeof(d));
     d.cfg = cfg;
     d.step.d = &d;
+    d.check.d = &d;
     d.fingerprint = zps_fingerprint(cfg);
     d.started_ns = zps_now_ns();
     zps_store_init(&d.store);

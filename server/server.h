@@ -71,11 +71,14 @@ typedef struct zps_server_config {
     uint32_t max_connections;         /* 0: zps_conns_default_max() */
     int64_t max_connections_per_host; /* -1: a quarter of max_connections, >= 64; 0: none */
     /* Optimizer steps (BSP's, and pushes applied under SSP and ASP) of a
-     * shard of at least this many bytes run off the loop's thread (0: every
-     * step; UINT64_MAX: none). */
+     * shard of at least this many bytes run off the loop's thread, and so do
+     * the checks (CRC32C, finite scan) of the payloads as large it receives
+     * (0: every step and check; UINT64_MAX: none). */
     uint64_t background_step_bytes;
     /* Fault injection: every step first waits this long (a slow server). */
     uint32_t step_delay_ms;
+    /* Fault injection: every check off the loop's thread first waits this long. */
+    uint32_t check_delay_ms;
 } zps_server_config_t;
 
 /* background_step_bytes by default: a step of 16 MiB takes milliseconds, its hand-off microseconds.

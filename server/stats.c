@@ -69,27 +69,29 @@ char *zps_stats_json(const zps_daemon_t *d)
         zps_strbuf_printf(&b, "%s%llu", w ? "," : "",
                           (unsigned long long)zps_consistency_discarded(rules, w));
     const zps_counters_t *c = &d->count;
-    zps_strbuf_printf(&b,
-                      "],\"pending_pulls\":%zu,\"counts\":{\"messages_in\":%llu,"
-                      "\"messages_out\":%llu,\"bytes_in\":%llu,\"bytes_out\":%llu,\"inits\":%llu,"
-                      "\"pulls\":%llu,\"pushes\":%llu,\"applied\":%llu,\"buffered\":%llu,"
-                      "\"steps\":%llu,\"retries\":%llu,\"dropped\":%llu,\"heartbeats\":%llu,"
-                      "\"stats\":%llu,\"errors\":%llu,\"replies_dropped\":%llu,"
-                      "\"steps_refused\":%llu,\"buffered_discarded\":%llu,"
-                      "\"pulls_cancelled\":%llu,\"exchanges\":%llu,\"steps_background\":%llu},"
-                      "\"step_running\":%s,\"errors_by_code\":{",
-                      zps_consistency_pending(rules), (unsigned long long)c->msgs_in,
-                      (unsigned long long)c->msgs_out, (unsigned long long)c->bytes_in,
-                      (unsigned long long)c->bytes_out, (unsigned long long)c->inits,
-                      (unsigned long long)c->pulls, (unsigned long long)c->pushes,
-                      (unsigned long long)c->applied, (unsigned long long)c->buffered,
-                      (unsigned long long)c->steps, (unsigned long long)c->retries,
-                      (unsigned long long)c->dropped, (unsigned long long)c->heartbeats,
-                      (unsigned long long)c->stats, (unsigned long long)c->errors,
-                      (unsigned long long)c->replies_dropped, (unsigned long long)c->steps_refused,
-                      (unsigned long long)c->buffered_discarded,
-                      (unsigned long long)c->pulls_cancelled, (unsigned long long)c->exchanges,
-                      (unsigned long long)c->steps_background, d->step.running ? "true" : "false");
+    zps_strbuf_printf(
+        &b,
+        "],\"pending_pulls\":%zu,\"counts\":{\"messages_in\":%llu,"
+        "\"messages_out\":%llu,\"bytes_in\":%llu,\"bytes_out\":%llu,\"inits\":%llu,"
+        "\"pulls\":%llu,\"pushes\":%llu,\"applied\":%llu,\"buffered\":%llu,"
+        "\"steps\":%llu,\"retries\":%llu,\"dropped\":%llu,\"heartbeats\":%llu,"
+        "\"stats\":%llu,\"errors\":%llu,\"replies_dropped\":%llu,"
+        "\"steps_refused\":%llu,\"buffered_discarded\":%llu,"
+        "\"pulls_cancelled\":%llu,\"exchanges\":%llu,\"checks_background\":%llu,"
+        "\"steps_background\":%llu},"
+        "\"step_running\":%s,\"check_running\":%s,\"errors_by_code\":{",
+        zps_consistency_pending(rules), (unsigned long long)c->msgs_in,
+        (unsigned long long)c->msgs_out, (unsigned long long)c->bytes_in,
+        (unsigned long long)c->bytes_out, (unsigned long long)c->inits,
+        (unsigned long long)c->pulls, (unsigned long long)c->pushes, (unsigned long long)c->applied,
+        (unsigned long long)c->buffered, (unsigned long long)c->steps,
+        (unsigned long long)c->retries, (unsigned long long)c->dropped,
+        (unsigned long long)c->heartbeats, (unsigned long long)c->stats,
+        (unsigned long long)c->errors, (unsigned long long)c->replies_dropped,
+        (unsigned long long)c->steps_refused, (unsigned long long)c->buffered_discarded,
+        (unsigned long long)c->pulls_cancelled, (unsigned long long)c->exchanges,
+        (unsigned long long)c->checks_background, (unsigned long long)c->steps_background,
+        d->step.running ? "true" : "false", d->check.running ? "true" : "false");
     const char *sep = "";
     for (int i = 1; i < 32; i++) {
         if (c->errors_by_code[i]) {

@@ -23,6 +23,7 @@ typedef struct zps_counters {
     uint64_t applied, buffered, retries, dropped, steps, errors, replies_dropped;
     uint64_t checkpoints, checkpoint_failures;
     uint64_t steps_refused;      /* steps (BSP) or pushes applied on arrival refused: not finite */
+    uint64_t checks_background;  /* received payloads checked off the loop's thread */
     uint64_t steps_background;   /* BSP steps and pushes applied, off the loop's thread */
     uint64_t buffered_discarded; /* BSP: buffered pushes of refused steps */
     uint64_t pulls_cancelled;    /* waiting pulls whose connection closed */
