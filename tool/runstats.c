@@ -146,8 +146,9 @@ static int add_step(wstat_t *w, const zps_json_t *o)
     r->step_ms = num0(o, "step_ms");
     r->pull_ms = num0(o, "pull_ms");
     r->push_ms = num0(o, "push_ms");
-    r->compute_ms =
-        num0(o, "data_ms") + num0(o, "forward_ms") + num0(o, "backward_ms") + num0(o, "update_ms");
+    /* copy_ms: the cuda backend's host<->device copies, part of its compute. */
+    r->compute_ms = num0(o, "data_ms") + num0(o, "forward_ms") + num0(o, "backward_ms") +
+                    num0(o, "copy_ms") + num0(o, "update_ms");
     r->pad_ms = num0(o, "pad_ms");
     r->delay_ms = num0(o, "delay_ms");
     r->batch = (uint32_t)num0(o, "batch");

@@ -207,7 +207,8 @@ static void split_read(split_t *s, const char *dir, uint32_t rank)
             n++;
             step += num0(o, "step_ms");
             compute += num0(o, "data_ms") + num0(o, "forward_ms") + num0(o, "backward_ms") +
-                       num0(o, "update_ms") + num0(o, "pad_ms") + num0(o, "delay_ms");
+                       num0(o, "copy_ms") + num0(o, "update_ms") + num0(o, "pad_ms") +
+                       num0(o, "delay_ms");
             pull += num0(o, "pull_ms");
             push += num0(o, "push_ms");
         }

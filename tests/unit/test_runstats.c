@@ -79,7 +79,7 @@ static void step(zps_runstats_t *rs, unsigned rank, unsigned clock, double wall,
     snprintf(line, sizeof(line),
              "{\"type\":\"step\",\"rank\":%u,\"clock\":%u,\"epoch\":0,\"step\":%u,\"wall\":%.6f,"
              "\"elapsed\":%.6f,\"loss\":%g,\"batch\":10,\"version\":0,\"clock_lag\":%u,"
-             "\"data_ms\":0.5,\"forward_ms\":0.25,\"backward_ms\":0.25,\"copy_ms\":0,"
+             "\"data_ms\":0.25,\"forward_ms\":0.25,\"backward_ms\":0.25,\"copy_ms\":0.25,"
              "\"pull_ms\":%g,\"push_ms\":2,\"update_ms\":0,\"pad_ms\":4,\"delay_ms\":1,"
              "\"slowdown_ms\":1,\"intermittent_ms\":0,\"fixed_delay_ms\":0,\"random_delay_ms\":0,"
              "\"pause_ms\":0,\"dropped\":%s,\"step_ms\":%g}",
@@ -207,7 +207,8 @@ static void test_summary(void **state)
     assert_true(zps_json_number(zps_json_get(lag, "max"), -1) == 3);
     assert_true(fabs(zps_json_number(zps_json_get(lag, "mean"), 0) - 1.0) < 1e-9);
     assert_true(zps_json_number(zps_json_get(s, "server_pushes_dropped"), 0) == 2);
-    /* Per worker 1: 4 steps; compute 1 ms a step, pad 4, delay 1, pull 1, push 2 -> other 1. */
+    /* Per worker 1: 4 steps; compute 1 ms a step (data, forward, backward and a cuda backend's
+     * copies, 0.25 each), pad 4, delay 1, pull 1, push 2 -> other 1. */
     const zps_json_t *w1 = zps_json_at(zps_json_get(s, "per_worker"), 1);
     assert_true(zps_json_number(zps_json_get(w1, "steps"), 0) == 4);
     assert_true(fabs(zps_json_number(zps_json_get(w1, "compute_s"), 0) - 0.004) < 1e-9);
