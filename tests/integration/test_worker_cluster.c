@@ -10,6 +10,15 @@
  *     for a linear model and for an MLP on Fashion-MNIST;
  *   - a short Fashion-MNIST cluster run reaches at least 80% test accuracy.
  *
+ * The cluster's workers compute with the backend ZPS_TEST_BACKEND names
+ * (default cpu); --local, the reference, always computes with cpu. The
+ * twin test_worker_cluster_cuda (label gpu) sets it to cuda: the same cases
+ * with every cluster worker on the GPU, where the tolerances against the
+ * cpu reference are ten times wider (cuBLAS sums in another order, so each
+ * gradient differs from the cpu one by about 1e-7 relative, and 40-60
+ * clocks carry that forward). Without a usable GPU that twin prints
+ * "skipped" with the reason and exits 77 before it starts anything.
+ *
  * The known weights come from the synthetic generator itself (worker/data.c);
  * the parameters from --save-params files. The Fashion-MNIST cases read the
  * files from $ZPS_FASHION_MNIST_DIR (default /usr/share/datasets/fashion-mnist)
@@ -33,8 +42,11 @@
 
 #include <cmocka.h>
 
+#include "backend.h"
 #include "data.h"
+#include "error.h"
 #include "harness.h"
+#include "model.h"
 
 #ifndef ZPS_WORKER_BIN
 #error "ZPS_WORKER_BIN must name the zps-worker binary"
@@ -45,6 +57,10 @@
 /* Where the workers read Fashion-MNIST, and how many cases skipped without it. */
 static const char *fashion_dir = "/usr/share/datasets/fashion-mnist";
 static int skipped;
+/* The cluster workers' --backend (ZPS_TEST_BACKEND), and how much wider the
+ * tolerances against the cpu reference are for it. */
+static const char *backend = "cpu";
+static double tol_scale = 1.0;
 
 /* Skips the calling case (counted) when the Fashion-MNIST files are missing. */
 static void skip_without_fashion(void)
@@ -145,7 +161,7 @@ static void run_cluster(cluster_t *c, int workers, const char *const *train, con
         snprintf(rank[r], sizeof(rank[r]), "%d", r);
         const char *args[48] = {"--servers", c->servers,   "--rank",        rank[r],
                                 "--workers", wn,           "--no-progress", "--backend",
-                                "cpu",       "--data-dir", fashion_dir};
+                                backend,     "--data-dir", fashion_dir};
         int n = 11;
         for (int k = 0; train[k]; k++)
             args[n++] = train[k];
@@ -242,7 +258,9 @@ static void equivalence(const char *const *train, const char *const *opt, size_t
     load(pc, a, nparams);
     load(pl, b, nparams);
     double d = max_rel_diff(a, b, nparams);
-    printf("cluster vs --local: max relative difference %.3g over %zu parameters\n", d, nparams);
+    tol *= tol_scale;
+    printf("cluster (%s) vs --local (cpu): max relative difference %.3g over %zu parameters\n",
+           backend, d, nparams);
     if (!(d <= tol))
         fail_msg("the cluster's parameters differ from --local's by %.3g (tolerance %.1g)", d, tol);
     free(a);
@@ -288,9 +306,36 @@ static void test_fashion_cluster_reaches_80(void **state)
         if (sscanf(line, "final test accuracy %lf", &acc) == 1)
             break;
     fclose(f);
-    printf("2 servers, 4 workers, 500 clocks: test accuracy %.4f\n", acc);
+    printf("2 servers, 4 workers (%s), 500 clocks: test accuracy %.4f\n", backend, acc);
     assert_true(acc >= 0.80);
     stop(&c);
+}
+
+/*
+ * Whether `name` can compute here: 0, or 77 after printing "skipped" when
+ * the backend reports no usable device (ZPS_ENODEV: no driver, no GPU, no
+ * module), or 1 for any other failure, which is the test's to report.
+ */
+static int backend_usable(const char *name)
+{
+    zps_model_t m;
+    zps_backend_opts_t o;
+    zps_backend_t *be = NULL;
+    char err[512] = "";
+    ZPS_ASSERT(zps_model_parse("mlp:4-3", &m, NULL, 0) == 0);
+    zps_backend_opts_default(&o);
+    int rc = zps_backend_new(name, &m, &o, &be, err, sizeof(err));
+    if (rc == ZPS_ENODEV) {
+        printf("test_worker_cluster: skipped: backend %s: %s\n", name, err);
+        return 77;
+    }
+    if (rc != 0) {
+        printf("test_worker_cluster: backend %s: %s (%s)\n", name, err, zps_errname(rc));
+        return 1;
+    }
+    printf("test_worker_cluster: cluster workers on %s\n", zps_backend_describe(be));
+    zps_backend_free(be);
+    return 0;
 }
 
 int main(void)
@@ -298,6 +343,14 @@ int main(void)
     const char *dir = getenv("ZPS_FASHION_MNIST_DIR");
     if (dir && *dir)
         fashion_dir = dir;
+    const char *be = getenv("ZPS_TEST_BACKEND");
+    if (be && *be && strcmp(be, "cpu") != 0) {
+        backend = be;
+        tol_scale = 10.0;
+        int usable = backend_usable(backend);
+        if (usable != 0)
+            return usable;
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_regression_finds_the_weights),
         cmocka_unit_test(test_bsp_equals_local_linear),
