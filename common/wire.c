@@ -541,6 +541,40 @@ float zps_message_at(const zps_message_t *msg, size_t i)
     return *v;
 }
 
+/* Frame i of msg's float32 payload: the one frame (i = 0), or frame i of several. */
+static zmq_msg_t *payload_frame(const zps_message_t *msg, size_t i)
+{
+    return msg->frames ? &msg->frames[i] : (zmq_msg_t *)&msg->payload;
+}
+
+/* How many frames msg's float32 payload is in (0 without one). */
+static size_t payload_frames(const zps_message_t *msg)
+{
+    return !msg->has_payload || msg->narrow ? 0 : msg->frames ? msg->nframes : 1;
+}
+
+void zps_message_copy_out(const zps_message_t *msg, float *dst)
+{
+    unsigned char *out = (unsigned char *)dst;
+    for (size_t i = 0; i < payload_frames(msg); i++) {
+        zmq_msg_t *f = payload_frame(msg, i);
+        memcpy(out, zmq_msg_data(f), zmq_msg_size(f));
+        out += zmq_msg_size(f);
+    }
+}
+
+bool zps_message_equals(const zps_message_t *msg, const float *v)
+{
+    const unsigned char *in = (const unsigned char *)v;
+    for (size_t i = 0; i < payload_frames(msg); i++) {
+        zmq_msg_t *f = payload_frame(msg, i);
+        if (memcmp(in, zmq_msg_data(f), zmq_msg_size(f)) != 0)
+            return false;
+        in += zmq_msg_size(f);
+    }
+    return true;
+}
+
 int zps_message_flatten(zps_message_t *msg)
 {
     if (!msg->frames || msg->narrow)

@@ -137,7 +137,8 @@ typedef struct zps_message {
     /* A payload that came in several frames, kept as it came: `nframes`
      * frames, in order (`payload` is then unused). zps_wire_recv checks
      * them where they are; zps_message_copy_verified copies them out,
-     * zps_payload_take keeps them, zps_message_flatten makes them one.
+     * zps_payload_take keeps them, zps_message_flatten makes them one,
+     * zps_message_copy_out copies them out unchecked once checked.
      * A bfloat16 payload is widened into one buffer by zps_wire_recv
      * instead, from a pool kept for reuse (zps_wire_pool_limit). */
     zmq_msg_t *frames;
@@ -237,6 +238,17 @@ static inline const float *zps_message_floats(zps_message_t *msg)
 
 /* Value i (< hdr.length) of a received float32 payload, in one frame or several. */
 float zps_message_at(const zps_message_t *msg, size_t i);
+
+/*
+ * Copies a received float32 payload that has been checked (zps_wire_recv,
+ * or zps_message_check after zps_wire_recv_deferred), in one frame or
+ * several, to dst[hdr.length]: no check, no allocation. A message without
+ * a payload copies nothing.
+ */
+void zps_message_copy_out(const zps_message_t *msg, float *dst);
+
+/* Whether such a payload equals v[hdr.length] byte for byte (true without a payload). */
+bool zps_message_equals(const zps_message_t *msg, const float *v);
 
 /*
  * Copies a float32 payload of several frames into one buffer (from the

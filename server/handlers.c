@@ -267,12 +267,9 @@ void zps_handle_init(zps_daemon_t *d, zps_request_t *r)
         return;
     if (!check_finite(d, r))
         return;
-    if (zps_message_flatten(r->msg) != 0) {
-        zps_reply_error(d, r, ZPS_ENOMEM, "out of memory");
-        return;
-    }
-    const float *values = zps_message_floats(r->msg);
-
+    /* The values are read where they arrived, one frame or several: made
+     * into one buffer first, that buffer would stay in the payload pool for
+     * the rest of the run, a copy of the shard that nothing reuses under BSP. */
     if (zps_consistency_initialized(d->consistency)) {
         if (req->total != d->store.total) {
             zps_reply_error(d, r, ZPS_ESIZE,
@@ -280,7 +277,7 @@ void zps_handle_init(zps_daemon_t *d, zps_request_t *r)
                             (unsigned long long)d->store.total, (unsigned long long)req->total);
             return;
         }
-        if (d->store.len && memcmp(values, d->store.params, d->store.len * sizeof(float)) != 0 &&
+        if (d->store.len && !zps_message_equals(r->msg, d->store.params) &&
             zps_consistency_version(d->consistency) == 0) {
             zps_reply_error(d, r, ZPS_EINITED,
                             "the model was already initialised with other values");
@@ -289,11 +286,12 @@ void zps_handle_init(zps_daemon_t *d, zps_request_t *r)
         /* Identical (or the model has moved on since): acknowledged, nothing changes. */
     } else {
         zps_range_t range = {req->offset, req->offset + req->length};
-        int rc = zps_store_set(&d->store, req->total, range, values, &d->cfg->opt);
+        int rc = zps_store_set(&d->store, req->total, range, NULL, &d->cfg->opt);
         if (rc) {
             zps_reply_error(d, r, rc, "cannot hold the model: %s", zps_strerror(rc));
             return;
         }
+        zps_message_copy_out(r->msg, d->store.params);
         zps_consistency_set_initialized(d->consistency);
         zps_daemon_model_known(d);
         zps_info("initialised by worker %d: N = %llu, range [%llu, %llu), optimizer %s",

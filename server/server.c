@@ -637,11 +637,11 @@ void zps_daemon_model_known(zps_daemon_t *d)
     zps_conns_set_limits(&d->conns, max_message, p * halves / 2);
     if (d->seal_sock)
         zps_conns_set_limits(&d->seal_conns, max_message, p * halves / 2);
-    /* Payloads made one buffer (bfloat16 pushes widened, SSP/ASP pushes and
-     * INIT values in several frames) come from buffers kept for the next
-     * ones (wire.h): at most as many as the pushes in hand above, which are
-     * counted already (free ones and those in use together never outnumber
-     * the most in use at once). */
+    /* Payloads made one buffer (bfloat16 pushes widened, SSP/ASP pushes in
+     * several frames) come from buffers kept for the next ones (wire.h): at
+     * most as many as the pushes in hand above, which are counted already
+     * (free ones and those in use together never outnumber the most in use
+     * at once). INIT's values go into the store from where they arrived. */
     zps_wire_pool_limit(p * ((cfg->consistency.mode == ZPS_MODE_BSP ? w : 0) + 1));
 }
 

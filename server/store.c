@@ -49,7 +49,7 @@ int zps_store_set(zps_store_t *s, uint64_t total, zps_range_t range, const float
         free(scratch);
         return rc;
     }
-    if (len)
+    if (len && values)
         memcpy(params, values, len * sizeof(float));
     zps_store_fini(s);
     s->total = total;

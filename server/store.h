@@ -67,7 +67,9 @@ void zps_store_fini(zps_store_t *s);
 
 /*
  * Sets the model: N = total, this shard's range, its initial values[len]
- * (copied), and an optimizer built from cfg. Returns 0, ZPS_EINVAL or
+ * (copied), and an optimizer built from cfg. values may be NULL: the caller
+ * then writes the len parameters (s->params) before anything reads them,
+ * as INIT does straight from a payload's frames. Returns 0, ZPS_EINVAL or
  * ZPS_ENOMEM; on failure the store is unchanged.
  */
 int zps_store_set(zps_store_t *s, uint64_t total, zps_range_t range, const float *values,

@@ -539,6 +539,34 @@ static void test_frames(void **state)
     zps_message_close(&m);
     v[2 * (ZPS_WIRE_FRAME_BYTES / 4) + 5] = 1.0f;
 
+    /* Copied out and compared where they arrived, in frames or one: no
+     * buffer from the pool (INIT's values go straight into the store). */
+    uint64_t pooled = zps_wire_pool_bytes();
+    assert_int_equal(zps_wire_send(p->dealer, NULL, &h, v, FRAMED_N, NULL, NULL, 0), 0);
+    assert_int_equal(zps_wire_recv(p->router, 0, true, &m), 0);
+    assert_int_equal(m.nframes, 4);
+    memset(dst, 0, FRAMED_N * sizeof(float));
+    zps_message_copy_out(&m, dst);
+    assert_memory_equal(dst, v, FRAMED_N * sizeof(float));
+    assert_true(zps_message_equals(&m, v));
+    dst[3 * (ZPS_WIRE_FRAME_BYTES / 4)] += 1.0f; /* the first value of the last frame */
+    assert_false(zps_message_equals(&m, dst));
+    dst[3 * (ZPS_WIRE_FRAME_BYTES / 4)] = v[3 * (ZPS_WIRE_FRAME_BYTES / 4)];
+    dst[FRAMED_N - 1] = -dst[FRAMED_N - 1]; /* the very last */
+    assert_false(zps_message_equals(&m, dst));
+    assert_int_equal(zps_wire_pool_bytes(), pooled);
+    zps_message_close(&m);
+    assert_int_equal(zps_wire_pool_bytes(), pooled);
+    assert_int_equal(zps_wire_send(p->dealer, NULL, &h, v, 5, NULL, NULL, 0), 0);
+    assert_int_equal(zps_wire_recv(p->router, 0, true, &m), 0);
+    float five[5] = {0};
+    zps_message_copy_out(&m, five);
+    assert_memory_equal(five, v, sizeof(five));
+    assert_true(zps_message_equals(&m, v));
+    five[4] += 1.0f;
+    assert_false(zps_message_equals(&m, five));
+    zps_message_close(&m);
+
     /* One frame: one segment, the payload's length. */
     assert_int_equal(zps_wire_send(p->dealer, NULL, &h, v, 5, NULL, NULL, 0), 0);
     assert_int_equal(zps_wire_recv(p->router, 0, true, &m), 0);
