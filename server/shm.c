@@ -258,18 +258,34 @@ int zps_shm_take_push(zps_shm_t *s, const zps_shm_session_t *x, uint64_t len, ui
     return 0;
 }
 
-/* A buffer nobody reads: an empty one, else the one of the oldest version; -1: none. */
+/* Whether unlent buffer b is a better one to write than unlent buffer p (free_buf). */
+static bool better_to_write(const zps_shm_buf_t *b, const zps_shm_buf_t *p)
+{
+    /* Written before (its pages are resident already) over never written. */
+    if (b->used != p->used)
+        return b->used;
+    if (!b->used)
+        return false;
+    /* Among written ones: an empty one (a refused step's), then the oldest version. */
+    if (b->valid != p->valid)
+        return !b->valid;
+    return b->valid && b->version < p->version;
+}
+
+/*
+ * A buffer nobody reads, to write (better_to_write's choice), or -1 when
+ * all are lent. A buffer never written is taken only when every written one
+ * is lent, so a shard's resident share of the segment is the buffers it
+ * needs at once, not all workers + 2: under BSP every session has let go of
+ * version t by the step that writes t + 1, and that step writes over it.
+ */
 static int free_buf(const zps_shm_t *s)
 {
     int pick = -1;
     for (uint32_t i = 0; i < s->layout->nbufs; i++) {
         const zps_shm_buf_t *b = &s->bufs[i];
-        if (b->lent > 0)
-            continue;
-        if (pick < 0 || !b->valid || (s->bufs[pick].valid && b->version < s->bufs[pick].version))
+        if (b->lent == 0 && (pick < 0 || better_to_write(b, &s->bufs[pick])))
             pick = (int)i;
-        if (!b->valid)
-            break;
     }
     return pick;
 }
@@ -282,6 +298,7 @@ float *zps_shm_reserve(zps_shm_t *s, int *index)
     if (pick < 0)
         return NULL;
     s->bufs[pick].valid = false;
+    s->bufs[pick].used = true;
     *index = pick;
     return (float *)region(s, s->layout->buf_offset, (uint32_t)pick);
 }
@@ -313,6 +330,7 @@ int zps_shm_lend(zps_shm_t *s, zps_shm_session_t *x, const float *params, uint64
             return ZPS_EBUSY;
         zps_shm_buf_t *b = &s->bufs[pick];
         b->valid = false;
+        b->used = true;
         b->crc = zps_crc32c_copy(0, region(s, s->layout->buf_offset, (uint32_t)pick), params,
                                  len * sizeof(float));
         b->version = version;

@@ -47,6 +47,7 @@ typedef struct zps_shm_buf {
     uint64_t version; /* of the parameters it holds, when valid */
     uint32_t crc;
     bool valid;
+    bool used;     /* written at least once: its pages are resident */
     uint32_t lent; /* sessions that may still be reading it */
 } zps_shm_buf_t;
 
