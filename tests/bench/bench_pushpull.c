@@ -26,10 +26,16 @@
  * KIND is pushpull (zps push(t) + pull(t+1)), pushpull-raw (the raw
  * two-round-trip baseline above), exchange (zps's one exchange per clock:
  * the gradient of t and the pull of t+1 in one message each way), echo (raw
- * ZeroMQ, one message each way: the floor for an exchange), exchange-shm
- * (the exchange through a shared-memory session, as a worker on the
- * server's host makes it), memcpy (a plain memcpy of the same bytes each
- * way: the floor for exchange-shm), and with
+ * ZeroMQ, one message each way: the floor for an exchange), echo-step (that
+ * echo, where the server applies an SGD step to parameters of its own with
+ * each received gradient, in place in the received frames, and sends them
+ * back: the least arithmetic a parameter server does per exchange, with no
+ * checks), exchange-shm (the exchange through a shared-memory session, as a
+ * worker on the server's host makes it), memcpy (a plain memcpy of the
+ * same bytes each way in this process), shm-floor (the least any exchange
+ * through shared memory between two processes moves: X copied into a
+ * shared region, the other process, woken by a futex, copies it to a
+ * second region, and X copied back out; no check, no arithmetic), and with
  * --curve also exchange-curve (the exchange, every byte over CURVE),
  * exchange-sealed (the exchange in a sealed session) and echo-curve (the
  * echo over CURVE), and with --bf16 exchange-bf16 (the exchange with
@@ -47,7 +53,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/futex.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -97,9 +106,28 @@ static int rounds_for(size_t bytes, double seconds, double bytes_per_s)
 /* ---- the raw ZeroMQ servers, each in a child process ---- */
 
 typedef enum raw_kind {
-    RAW_PUSHPULL, /* X bytes up and an empty ack, then 'G' + uint64 X and X bytes back */
-    RAW_ECHO,     /* X bytes up, the same message back */
+    RAW_PUSHPULL,  /* X bytes up and an empty ack, then 'G' + uint64 X and X bytes back */
+    RAW_ECHO,      /* X bytes up, the same message back */
+    RAW_ECHO_STEP, /* X bytes of gradient up, an SGD step, the X bytes of parameters back */
 } raw_kind_t;
+
+/* The learning rate of the echo-step server (and of the zps servers): the
+ * values barely move, the arithmetic is all done. */
+#define RAW_STEP_LR 1e-9f
+
+/*
+ * The echo-step server's update of one frame: the gradient g[n] for
+ * parameters p[n] (from the payload's offset on), p -= lr * g, and the new
+ * parameters written over the gradient, so that the frame goes back as it
+ * came (one pass: read both, write both; no copy, no check).
+ */
+static void raw_step(float *restrict p, float *restrict g, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        p[i] -= RAW_STEP_LR * g[i];
+        g[i] = p[i];
+    }
+}
 
 /* A raw server: its endpoint, its process, and its CURVE public key (Z85) if any. */
 typedef struct raw_server {
@@ -138,9 +166,17 @@ static void raw_serve(int port_fd, raw_kind_t kind, size_t max_bytes, const char
         if (zmq_msg_recv(&id, s, 0) < 0 || zmq_msg_recv(&body, s, 0) < 0)
             break;
         zmq_msg_send(&id, s, ZMQ_SNDMORE);
-        if (kind == RAW_ECHO) {
-            /* The same message back, frame by frame: no copy on this side. */
-            while (zmq_msg_more(&body)) {
+        if (kind == RAW_ECHO || kind == RAW_ECHO_STEP) {
+            /* The same message back, frame by frame: no copy on this side;
+             * echo-step updates each frame in place first. */
+            size_t off = 0;
+            for (;;) {
+                size_t n = zmq_msg_size(&body);
+                if (kind == RAW_ECHO_STEP && off + n <= max_bytes && n % sizeof(float) == 0)
+                    raw_step((float *)(data + off), zmq_msg_data(&body), n / sizeof(float));
+                off += n;
+                if (!zmq_msg_more(&body))
+                    break;
                 zmq_msg_send(&body, s, ZMQ_SNDMORE);
                 zmq_msg_init(&body);
                 if (zmq_msg_recv(&body, s, 0) < 0)
@@ -292,6 +328,129 @@ static result_t bench_memcpy(size_t bytes, int rounds)
     return res;
 }
 
+/* ---- the floor of an exchange through shared memory, between two processes ---- */
+
+/*
+ * The least a shared-memory exchange between two processes does: the
+ * worker's side copies X bytes into a shared region and wakes the other
+ * process, which copies them into a second shared region (a server must at
+ * least write the X bytes the worker then reads) and wakes it back; the
+ * worker's side copies them out. Each side waits by spinning for up to
+ * FLOOR_SPIN_NS, then on a futex, as a tuned implementation would. No
+ * header, no check, no arithmetic, no ZeroMQ.
+ */
+#define FLOOR_SPIN_NS 50000ull
+
+typedef struct floor_ctl {
+    _Atomic uint32_t req;  /* bumped by the worker's side: the slot holds `bytes` */
+    _Atomic uint32_t rep;  /* bumped by the other side: the buffer holds them */
+    _Atomic uint32_t stop; /* the other side exits at its next request */
+    uint64_t bytes;
+} floor_ctl_t;
+
+typedef struct shm_floor {
+    floor_ctl_t *ctl;
+    char *slot, *buf; /* [max] each, page aligned, in one shared mapping */
+    size_t map_bytes;
+    pid_t pid;
+} shm_floor_t;
+
+/* Waits until *w is no longer `seen`: spinning first, then on the futex. */
+static void floor_wait(_Atomic uint32_t *w, uint32_t seen)
+{
+    uint64_t until = zps_now_ns() + FLOOR_SPIN_NS;
+    while (atomic_load_explicit(w, memory_order_acquire) == seen) {
+        if (zps_now_ns() < until)
+            continue;
+        /* A shared (not process-private) futex: the other process is woken. */
+        syscall(SYS_futex, w, FUTEX_WAIT, seen, NULL, NULL, 0);
+    }
+}
+
+static void floor_post(_Atomic uint32_t *w)
+{
+    atomic_fetch_add_explicit(w, 1, memory_order_release);
+    syscall(SYS_futex, w, FUTEX_WAKE, 1, NULL, NULL, 0);
+}
+
+/*
+ * Maps the regions for payloads of up to `max` bytes and forks the other
+ * side (before this process has any ZeroMQ threads). Returns 0 or -1.
+ */
+static int floor_start(shm_floor_t *f, size_t max)
+{
+    size_t page = 4096, region = (max + page - 1) / page * page;
+    memset(f, 0, sizeof(*f));
+    f->map_bytes = page + 2 * region;
+    void *base =
+        mmap(NULL, f->map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) {
+        perror("mmap");
+        return -1;
+    }
+    memset(base, 0, f->map_bytes); /* every page present in both processes */
+    f->ctl = base;
+    f->slot = (char *)base + page;
+    f->buf = f->slot + region;
+    pid_t pid = fork();
+    if (pid < 0) {
+        munmap(base, f->map_bytes);
+        return -1;
+    }
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        uint32_t seen = 0;
+        for (;;) {
+            floor_wait(&f->ctl->req, seen);
+            seen = atomic_load_explicit(&f->ctl->req, memory_order_acquire);
+            if (atomic_load(&f->ctl->stop))
+                _exit(0);
+            memcpy(f->buf, f->slot, f->ctl->bytes);
+            floor_post(&f->ctl->rep);
+        }
+    }
+    f->pid = pid;
+    return 0;
+}
+
+static void floor_stop(shm_floor_t *f)
+{
+    if (f->pid > 0) {
+        atomic_store(&f->ctl->stop, 1);
+        floor_post(&f->ctl->req);
+        waitpid(f->pid, NULL, 0);
+        f->pid = 0;
+    }
+    if (f->ctl)
+        munmap(f->ctl, f->map_bytes);
+    f->ctl = NULL;
+}
+
+static result_t bench_shm_floor(shm_floor_t *f, size_t bytes, int rounds)
+{
+    char *up = malloc(bytes), *down = malloc(bytes);
+    memset(up, 1, bytes);
+    memset(down, 2, bytes);
+    f->ctl->bytes = bytes;
+    uint32_t seen = atomic_load(&f->ctl->rep);
+    double *t = malloc(sizeof(double) * (size_t)(rounds + 2));
+    for (int r = -2; r < rounds; r++) {
+        uint64_t t0 = zps_now_ns();
+        memcpy(f->slot, up, bytes);
+        floor_post(&f->ctl->req);
+        floor_wait(&f->ctl->rep, seen);
+        seen = atomic_load_explicit(&f->ctl->rep, memory_order_acquire);
+        memcpy(down, f->buf, bytes);
+        __asm__ volatile("" : : "r"(down) : "memory");
+        if (r >= 0)
+            t[r] = (double)(zps_now_ns() - t0) / 1e9;
+    }
+    result_t res = median_of(t, rounds);
+    free(up);
+    free(down);
+    return res;
+}
+
 /* Sends `bytes` of `up` as one message, in frames of at most `frame` bytes (zero-copy). */
 static void echo_send(void *s, const char *up, size_t bytes, size_t frame)
 {
@@ -328,7 +487,8 @@ static int echo_recv(void *s, char *down, size_t bytes)
 /*
  * X bytes up from the caller's buffer without copying, the same X bytes back
  * into it: as one frame each way, or with `framed` in frames of
- * ZPS_WIRE_FRAME_BYTES, as zps sends a large payload.
+ * ZPS_WIRE_FRAME_BYTES, as zps sends a large payload. Against an echo-step
+ * server what comes back is its parameters after the step.
  */
 static result_t bench_echo(const raw_server_t *rs, size_t bytes, int rounds, bool framed)
 {
@@ -336,7 +496,11 @@ static result_t bench_echo(const raw_server_t *rs, size_t bytes, int rounds, boo
     void *s = raw_connect(ctx, rs);
     char *up = malloc(bytes);
     char *down = malloc(bytes);
-    memset(up, 1, bytes);
+    /* zps's benchmark gradient (bench_zps): ordinary floats, so that the
+     * echo-step server's arithmetic meets no subnormal numbers. */
+    memset(up, 0, bytes);
+    for (size_t i = 0; i < bytes / sizeof(float); i++)
+        ((float *)up)[i] = (float)(i % 97) * 0.01f;
     double *t = malloc(sizeof(double) * (size_t)(rounds + 2));
     for (int r = -2; r < rounds; r++) { /* two warm-up rounds (the CURVE handshake) */
         uint64_t t0 = zps_now_ns();
@@ -543,9 +707,9 @@ static void print_result(const char *kind, size_t bytes, result_t r)
  * exchange_sealed only with --curve, exchange_bf16 only with --bf16). */
 typedef struct row {
     size_t bytes;
-    result_t zps_plain, raw, echo_plain, echo_frames, echo_curve, exchange, exchange_curve,
-        exchange_sealed;
-    result_t exchange_bf16, exchange_shm, copy;
+    result_t zps_plain, raw, echo_plain, echo_frames, echo_step, echo_curve, exchange,
+        exchange_curve, exchange_sealed;
+    result_t exchange_bf16, exchange_shm, copy, shm_floor;
 } row_t;
 
 static void print_exchange_table(const row_t *rows, size_t count)
@@ -575,6 +739,26 @@ static void print_exchange_table(const row_t *rows, size_t count)
     }
 }
 
+static void print_step_table(const row_t *rows, size_t count)
+{
+    printf("\nthe exchange against the least a parameter server does per exchange: the echo in\n"
+           "frames, where the server applies an SGD step to its parameters with each gradient\n"
+           "frame and sends the frame back holding them (no header, checksum or finite check)\n\n");
+    printf("%9s %7s | %12s | %12s | %12s | %10s %10s\n", "payload", "rounds", "echo frames",
+           "echo+step", "exchange", "echo+step/", "exchange/");
+    printf("%9s %7s | %12s | %12s | %12s | %10s %10s\n", "", "", "RTT", "RTT", "RTT", "echo fr.",
+           "echo+step");
+    for (size_t k = 0; k < count; k++) {
+        const row_t *w = &rows[k];
+        char label[32];
+        size_label(label, sizeof(label), w->bytes);
+        printf("%9s %7d | %9.1f us | %9.1f us | %9.1f us | %10.2f %10.2f\n", label,
+               w->echo_step.rounds, w->echo_frames.seconds * 1e6, w->echo_step.seconds * 1e6,
+               w->exchange.seconds * 1e6, w->echo_step.seconds / w->echo_frames.seconds,
+               w->exchange.seconds / w->echo_step.seconds);
+    }
+}
+
 static void print_curve_table(const row_t *rows, size_t count)
 {
     printf("\nencryption's cost: the exchange plain, over CURVE alone, and in a sealed session\n"
@@ -600,19 +784,25 @@ static void print_shm_table(const row_t *rows, size_t count)
 {
     printf("\nshared memory: the exchange through a shared-memory session (the worker and the\n"
            "server on one host; headers over the socket), against the same exchange over the\n"
-           "socket and a plain memcpy of the same bytes each way\n\n");
-    printf("%9s %7s | %12s %9s | %12s %9s | %12s | %10s\n", "payload", "rounds", "shm", "GB/s",
-           "memcpy", "GB/s", "socket", "shm GB/s /");
-    printf("%9s %7s | %12s %9s | %12s %9s | %12s | %10s\n", "", "", "RTT", "", "", "", "RTT",
-           "memcpy");
+           "socket, a plain memcpy of the same bytes each way in one process, and the floor of\n"
+           "any exchange between two processes through shared memory (X copied in, copied\n"
+           "across by the other process woken by a futex, copied out; nothing checked)\n\n");
+    printf("%9s %7s | %12s %9s | %12s %9s | %12s %9s | %12s | %10s %10s %10s\n", "payload",
+           "rounds", "shm", "GB/s", "memcpy", "GB/s", "floor", "GB/s", "socket", "shm GB/s /",
+           "floor GB/s", "shm RTT /");
+    printf("%9s %7s | %12s %9s | %12s %9s | %12s %9s | %12s | %10s %10s %10s\n", "", "", "RTT", "",
+           "", "", "RTT", "", "RTT", "memcpy", "/ memcpy", "floor RTT");
     for (size_t k = 0; k < count; k++) {
         const row_t *w = &rows[k];
         char label[32];
         size_label(label, sizeof(label), w->bytes);
-        printf("%9s %7d | %9.1f us %9.2f | %9.1f us %9.2f | %9.1f us | %10.2f\n", label,
-               w->exchange_shm.rounds, w->exchange_shm.seconds * 1e6,
+        printf("%9s %7d | %9.1f us %9.2f | %9.1f us %9.2f | %9.1f us %9.2f | %9.1f us | %10.2f "
+               "%10.2f %10.2f\n",
+               label, w->exchange_shm.rounds, w->exchange_shm.seconds * 1e6,
                gbps(w->bytes, w->exchange_shm), w->copy.seconds * 1e6, gbps(w->bytes, w->copy),
-               w->exchange.seconds * 1e6, w->copy.seconds / w->exchange_shm.seconds);
+               w->shm_floor.seconds * 1e6, gbps(w->bytes, w->shm_floor), w->exchange.seconds * 1e6,
+               w->copy.seconds / w->exchange_shm.seconds, w->copy.seconds / w->shm_floor.seconds,
+               w->exchange_shm.seconds / w->shm_floor.seconds);
     }
 }
 
@@ -1030,14 +1220,21 @@ int main(int argc, char **argv)
     }
     free(copy);
 
-    /* Fork the raw servers before this process creates any ZeroMQ threads. */
-    raw_server_t raw, echo, echo_curve;
+    /* Fork the raw servers and the shared-memory floor's other side before
+     * this process creates any ZeroMQ threads. */
+    raw_server_t raw, echo, echo_step, echo_curve;
+    shm_floor_t shm_floor;
     memset(&echo, 0, sizeof(echo));
+    memset(&echo_step, 0, sizeof(echo_step));
     memset(&echo_curve, 0, sizeof(echo_curve));
     if (raw_start(&raw, RAW_PUSHPULL, max, false) != 0)
         return 1;
-    if (raw_start(&echo, RAW_ECHO, max, false) != 0) {
+    if (raw_start(&echo, RAW_ECHO, max, false) != 0 ||
+        raw_start(&echo_step, RAW_ECHO_STEP, max, false) != 0 ||
+        floor_start(&shm_floor, max) != 0) {
         raw_stop(&raw);
+        raw_stop(&echo);
+        raw_stop(&echo_step);
         return 1;
     }
     if (curve) {
@@ -1073,6 +1270,7 @@ int main(int argc, char **argv)
         w->raw = raw_r;
         w->echo_plain = bench_echo(&echo, b, rounds, false);
         w->echo_frames = bench_echo(&echo, b, rounds, true);
+        w->echo_step = bench_echo(&echo_step, b, rounds, true);
         w->exchange = bench_zps(b, rounds, SEC_PLAIN, true, false, false);
         if (curve) {
             /* CURVE moves ~10x slower than plain TCP here: fewer rounds, about as long. */
@@ -1084,11 +1282,13 @@ int main(int argc, char **argv)
         }
         w->exchange_shm = bench_zps(b, rounds, SEC_PLAIN, true, false, true);
         w->copy = bench_memcpy(b, rounds_for(b, seconds, 5e9));
+        w->shm_floor = bench_shm_floor(&shm_floor, b, rounds);
         if (bf16)
             w->exchange_bf16 = bench_zps(b, rounds, SEC_PLAIN, true, true, false);
         fflush(stdout);
     }
     print_exchange_table(rows, count);
+    print_step_table(rows, count);
     print_shm_table(rows, count);
     if (bf16)
         print_bf16_table(rows, count);
@@ -1102,8 +1302,10 @@ int main(int argc, char **argv)
         print_result("exchange", w->bytes, w->exchange);
         print_result("echo", w->bytes, w->echo_plain);
         print_result("echo-frames", w->bytes, w->echo_frames);
+        print_result("echo-step", w->bytes, w->echo_step);
         print_result("exchange-shm", w->bytes, w->exchange_shm);
         print_result("memcpy", w->bytes, w->copy);
+        print_result("shm-floor", w->bytes, w->shm_floor);
         if (curve) {
             print_result("exchange-curve", w->bytes, w->exchange_curve);
             print_result("exchange-sealed", w->bytes, w->exchange_sealed);
@@ -1114,6 +1316,8 @@ int main(int argc, char **argv)
     }
     raw_stop(&raw);
     raw_stop(&echo);
+    raw_stop(&echo_step);
     raw_stop(&echo_curve);
+    floor_stop(&shm_floor);
     return 0;
 }
