@@ -45,7 +45,7 @@ static void close_frames(zps_message_t *msg)
     msg->nframes = 0;
 }
 
-void zps_message_close(zps_message_t *msg)
+void zps_message_drop_payload(zps_message_t *msg)
 {
     if (msg->frames) {
         close_frames(msg);
@@ -55,6 +55,11 @@ void zps_message_close(zps_message_t *msg)
         zmq_msg_close(&msg->payload);
         msg->has_payload = false;
     }
+}
+
+void zps_message_close(zps_message_t *msg)
+{
+    zps_message_drop_payload(msg);
     free(msg->json);
     msg->json = NULL;
     msg->hdr.json = NULL;
@@ -225,6 +230,11 @@ void zps_wire_tune_malloc(void)
      * that is never. Its lock is shared, but the threads here allocate a
      * few buffers a message, not in loops. */
     mallopt(M_ARENA_MAX, 1);
+}
+
+void zps_wire_trim_heap(void)
+{
+    malloc_trim(0);
 }
 
 /* Counts a received frame of n bytes that came over the connection. */

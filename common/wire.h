@@ -307,6 +307,18 @@ uint64_t zps_wire_pool_bytes(void);
  */
 void zps_wire_tune_malloc(void);
 
+/*
+ * Gives the heap's free memory back to the kernel, once, after a large
+ * receive that nothing will reuse: a server's INIT, whose frames would
+ * otherwise stay resident for the whole run (zps_wire_tune_malloc never
+ * trims), and under shared memory no push's frames take their place.
+ * Costs a pass of madvise over the free memory (milliseconds per GiB).
+ */
+void zps_wire_trim_heap(void);
+
+/* Releases msg's payload (frames or one) now, before the message is closed. */
+void zps_message_drop_payload(zps_message_t *msg);
+
 /* Called by ZeroMQ's I/O thread when it no longer needs a zero-copy payload. */
 typedef void zps_wire_free_fn(void *data, void *hint);
 

@@ -292,6 +292,11 @@ void zps_handle_init(zps_daemon_t *d, zps_request_t *r)
             return;
         }
         zps_message_copy_out(r->msg, d->store.params);
+        /* The values are in the store: the frames they came in go back to
+         * the kernel now, not into the heap for the rest of the run
+         * (docs/protocol.md, "What an honest run holds"). */
+        zps_message_drop_payload(r->msg);
+        zps_wire_trim_heap();
         zps_consistency_set_initialized(d->consistency);
         zps_daemon_model_known(d);
         zps_info("initialised by worker %d: N = %llu, range [%llu, %llu), optimizer %s",
