@@ -66,6 +66,7 @@
 #include "error.h"
 #include "harness.h"
 #include "keys.h"
+#include "shard.h"
 #include "timeutil.h"
 #include "wire.h"
 
@@ -1016,6 +1017,7 @@ static model_zps_t model_zps(model_worker_t *proto, const char *background, bool
                           "1e-9",      "--log-level", "warn",
                           "--shard",   shard,         "--background-step-bytes",
                           background,  NULL};
+    long base_kb[64];
     for (int k = 0; k < shards; k++) {
         snprintf(shard, sizeof(shard), "%d/%d", k, shards);
         if (harness_start(&srv[k], args) != 0) {
@@ -1023,6 +1025,7 @@ static model_zps_t model_zps(model_worker_t *proto, const char *background, bool
             exit(1);
         }
         eps[k] = srv[k].endpoint;
+        base_kb[k] = harness_rss_kb(srv[k].pid);
     }
     zps_client_opts_t o;
     zps_client_opts_default(&o);
@@ -1061,17 +1064,32 @@ static model_zps_t model_zps(model_worker_t *proto, const char *background, bool
     }
     free(pr);
     if (report) {
-        printf("%5s | %14s | %14s | %18s | %8s\n", "shard", "peak RSS MiB", "RSS now MiB",
-               "memory bound MiB", "peak/bound");
+        /* The working set of an honest BSP shard over the socket
+         * (docs/protocol.md, "What an honest run holds"; test_working_set):
+         * its RSS before INIT, and P x ((1 + k) + W + 1) with k = 0 for
+         * SGD: the parameters, the clock's W pushes in their frames, one
+         * reply copy. */
+        printf("%5s | %12s | %12s | %14s | %16s | %9s | %8s\n", "shard", "peak RSS MiB",
+               "RSS now MiB", "working set MiB", "memory bound MiB", "peak/work", "peak/bound");
+        double peak_mib[64], work_mib[64], bound_mib[64];
         for (int k = 0; k < shards; k++) {
             char *json = NULL;
             zps_client_stats(c, (size_t)k, &json);
-            double bound = json_after(json, "\"memory_bound_bytes\":");
+            bound_mib[k] = json_after(json, "\"memory_bound_bytes\":") / 1048576.0;
             free(json);
-            long peak = harness_peak_rss_kb(srv[k].pid), now = harness_rss_kb(srv[k].pid);
-            printf("%5d | %14.1f | %14.1f | %18.1f | %8.2f\n", k, peak / 1024.0, now / 1024.0,
-                   bound / 1048576.0, peak * 1024.0 / bound);
+            zps_range_t range;
+            zps_shard_range(n, (uint32_t)k, (uint32_t)shards, &range);
+            double p_mib = (double)zps_range_len(range) * sizeof(float) / 1048576.0;
+            work_mib[k] = base_kb[k] / 1024.0 + p_mib * (1 + workers + 1);
+            peak_mib[k] = harness_peak_rss_kb(srv[k].pid) / 1024.0;
+            printf("%5d | %12.1f | %12.1f | %15.1f | %16.1f | %9.3f | %8.2f\n", k, peak_mib[k],
+                   harness_rss_kb(srv[k].pid) / 1024.0, work_mib[k], bound_mib[k],
+                   peak_mib[k] / work_mib[k], peak_mib[k] / bound_mib[k]);
         }
+        for (int k = 0; k < shards; k++)
+            printf("RESULT kind=shard-rss shard=%d peak_mib=%.1f working_set_mib=%.1f "
+                   "bound_mib=%.1f\n",
+                   k, peak_mib[k], work_mib[k], bound_mib[k]);
         printf("\n");
     }
     zps_client_free(c);
@@ -1090,7 +1108,10 @@ static model_zps_t model_zps(model_worker_t *proto, const char *background, bool
  * step on the servers' loop thread and with every step off it
  * (--background-step-bytes), while another client asks the first server for
  * STATS every 5 ms: what taking the step off the loop costs a clock, and
- * what it buys a request that does not touch the model.
+ * what it buys a request that does not touch the model. Each shard's peak
+ * RSS is printed beside its working set (what an honest BSP shard holds,
+ * docs/protocol.md) and its memory bound, with one line per shard:
+ * RESULT kind=shard-rss shard=K peak_mib=... working_set_mib=... bound_mib=...
  */
 static void bench_model(size_t bytes, int shards, int workers, int rounds, raw_server_t *echo)
 {
