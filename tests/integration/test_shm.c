@@ -420,10 +420,12 @@ static void test_raw_peer(void **state)
 
 int main(void)
 {
-    /* This test chooses which of its clients ask for shared memory; the
-     * harness's ZPS_TEST_SHM (every worker client asks) would add sessions
-     * to the counts it checks. */
+    /* This test chooses which of its clients ask for shared memory and
+     * which servers grant it; the suite-wide switches (ZPS_TEST_SHM: every
+     * worker client asks; ZPS_NO_SHM: no server grants) would change the
+     * counts it checks. */
     unsetenv("ZPS_TEST_SHM");
+    unsetenv("ZPS_NO_SHM");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shm_exchanges),
         cmocka_unit_test(test_no_shm_server),
