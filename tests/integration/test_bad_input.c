@@ -307,11 +307,64 @@ static void test_stats_count_errors(void **state)
     zps_client_free(c);
 }
 
+/*
+ * INIT of a model that travels in frames (12 MiB: 12 frames), read into the
+ * store where the frames arrived: the values come back exactly; the same
+ * INIT again is acknowledged; one that differs in its last value, or in a
+ * middle frame, is ZPS_EINITED and changes nothing.
+ */
+static void test_init_in_frames(void **state)
+{
+    (void)state;
+    enum { BIG = 3 << 20 };
+    const char *args[] = {"--workers", "1", "--lr", "0.5", NULL};
+    harness_server_t srv;
+    assert_int_equal(harness_start(&srv, args), 0);
+    const char *eps[1] = {srv.endpoint};
+    zps_client_opts_t o;
+    zps_client_opts_default(&o);
+    o.timeout_ms = 30000;
+    zps_client_t *c;
+    assert_int_equal(zps_client_new(eps, 1, &o, &c), 0);
+    float *v = malloc(BIG * sizeof(float)), *got = malloc(BIG * sizeof(float));
+    assert_non_null(v);
+    assert_non_null(got);
+    for (size_t i = 0; i < BIG; i++)
+        v[i] = (float)((i * 2654435761u) % 1000003) * 1e-6f - 0.5f;
+    assert_int_equal(zps_client_init(c, v, BIG), 0);
+    assert_int_equal(zps_client_init(c, v, BIG), 0); /* the same: acknowledged */
+    float keep = v[BIG - 1];
+    v[BIG - 1] = keep + 1.0f;
+    assert_int_equal(zps_client_init(c, v, BIG), ZPS_EREMOTE);
+    assert_int_equal(zps_client_last_remote_status(c), ZPS_EINITED);
+    v[BIG - 1] = keep;
+    size_t mid = 5 * (ZPS_WIRE_FRAME_BYTES / sizeof(float)) + 17; /* in the sixth frame */
+    keep = v[mid];
+    v[mid] = 42.0f;
+    assert_int_equal(zps_client_init(c, v, BIG), ZPS_EREMOTE);
+    assert_int_equal(zps_client_last_remote_status(c), ZPS_EINITED);
+    v[mid] = keep;
+    zps_client_opts_t ob;
+    zps_client_opts_default(&ob);
+    ob.worker = -1;
+    ob.timeout_ms = 30000;
+    zps_client_t *obs;
+    assert_int_equal(zps_client_new(eps, 1, &ob, &obs), 0);
+    assert_int_equal(zps_client_pull(obs, 0, got, BIG, NULL), 0);
+    assert_memory_equal(got, v, BIG * sizeof(float));
+    zps_client_free(obs);
+    zps_client_free(c);
+    free(v);
+    free(got);
+    assert_int_equal(harness_stop(&srv), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_requests),
         cmocka_unit_test(test_stats_count_errors),
+        cmocka_unit_test(test_init_in_frames),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
