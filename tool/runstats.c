@@ -107,6 +107,12 @@ static double num0(const zps_json_t *o, const char *key)
     return zps_json_number(zps_json_get(o, key), 0.0);
 }
 
+double zps_runstats_compute_ms(const zps_json_t *step)
+{
+    return num0(step, "data_ms") + num0(step, "forward_ms") + num0(step, "backward_ms") +
+           num0(step, "copy_ms") + num0(step, "update_ms");
+}
+
 static char *dup_string(const zps_json_t *o, const char *key)
 {
     const char *s = zps_json_string(zps_json_get(o, key));
@@ -146,9 +152,7 @@ static int add_step(wstat_t *w, const zps_json_t *o)
     r->step_ms = num0(o, "step_ms");
     r->pull_ms = num0(o, "pull_ms");
     r->push_ms = num0(o, "push_ms");
-    /* copy_ms: the cuda backend's host<->device copies, part of its compute. */
-    r->compute_ms = num0(o, "data_ms") + num0(o, "forward_ms") + num0(o, "backward_ms") +
-                    num0(o, "copy_ms") + num0(o, "update_ms");
+    r->compute_ms = zps_runstats_compute_ms(o);
     r->pad_ms = num0(o, "pad_ms");
     r->delay_ms = num0(o, "delay_ms");
     r->batch = (uint32_t)num0(o, "batch");

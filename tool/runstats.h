@@ -136,4 +136,13 @@ bool zps_runstats_target(const zps_runstats_t *rs, double target, double *second
 int zps_runstats_write_tables(const zps_runstats_t *rs, const zps_run_info_t *info,
                               const char *dir);
 
+struct zps_json;
+/*
+ * The compute time of one step record of a worker's metrics (a parsed
+ * "step" line), in ms: data, forward, backward, the cuda backend's
+ * host-device copies, and --local's update; a missing field counts 0. The
+ * one definition the summary's compute_s and zps top's split share.
+ */
+double zps_runstats_compute_ms(const struct zps_json *step);
+
 #endif

@@ -26,6 +26,7 @@
 #include "error.h"
 #include "json.h"
 #include "parse.h"
+#include "runstats.h"
 #include "strbuf.h"
 #include "timeutil.h"
 
@@ -206,9 +207,7 @@ static void split_read(split_t *s, const char *dir, uint32_t rank)
         if (type && strcmp(type, "step") == 0) {
             n++;
             step += num0(o, "step_ms");
-            compute += num0(o, "data_ms") + num0(o, "forward_ms") + num0(o, "backward_ms") +
-                       num0(o, "copy_ms") + num0(o, "update_ms") + num0(o, "pad_ms") +
-                       num0(o, "delay_ms");
+            compute += zps_runstats_compute_ms(o) + num0(o, "pad_ms") + num0(o, "delay_ms");
             pull += num0(o, "pull_ms");
             push += num0(o, "push_ms");
         }
