@@ -593,11 +593,7 @@ int zps_message_flatten(zps_message_t *msg)
     char *dst = pool_get(bytes);
     if (!dst)
         return ZPS_ENOMEM;
-    size_t at = 0;
-    for (size_t i = 0; i < msg->nframes; i++) {
-        memcpy(dst + at, zmq_msg_data(&msg->frames[i]), zmq_msg_size(&msg->frames[i]));
-        at += zmq_msg_size(&msg->frames[i]);
-    }
+    zps_message_copy_out(msg, (float *)dst);
     zmq_msg_t m;
     if (zmq_msg_init_data(&m, dst, bytes, pool_put, NULL) != 0) {
         pool_put(dst, NULL);
