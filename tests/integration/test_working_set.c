@@ -94,8 +94,20 @@ static long long stat_number(const char *json, const char *object, const char *k
 }
 
 /* One run: W workers, optimizer `opt` with k state arrays, over the socket or shared memory. */
-static void run(int workers, const char *opt, int k, bool shm)
+typedef struct run_case {
+    const char *name;
+    int workers;
+    const char *opt;
+    int k;
+    bool shm;
+} run_case_t;
+
+static void test_run(void **state)
 {
+    const run_case_t *rc = *state;
+    int workers = rc->workers, k = rc->k;
+    const char *opt = rc->opt;
+    bool shm = rc->shm;
     char w[8];
     snprintf(w, sizeof(w), "%d", workers);
     const char *args[] = {"--workers",   w,      "--optimizer",           opt, "--lr", "1e-9",
@@ -156,35 +168,13 @@ static void run(int workers, const char *opt, int k, bool shm)
         fail_msg("the shard's peak resident size is %.2f%% from its working set", 100.0 * off);
 }
 
-static void test_socket_sgd(void **state)
-{
-    (void)state;
-    run(2, "sgd", 0, false);
-}
-
-static void test_socket_adam(void **state)
-{
-    (void)state;
-    run(2, "adam", 2, false);
-}
-
-static void test_socket_momentum_four(void **state)
-{
-    (void)state;
-    run(4, "momentum", 1, false);
-}
-
-static void test_shm_sgd(void **state)
-{
-    (void)state;
-    run(2, "sgd", 0, true);
-}
-
-static void test_shm_adam_four(void **state)
-{
-    (void)state;
-    run(4, "adam", 2, true);
-}
+static const run_case_t cases[] = {
+    {"socket_sgd", 2, "sgd", 0, false},
+    {"socket_adam", 2, "adam", 2, false},
+    {"socket_momentum_four", 4, "momentum", 1, false},
+    {"shm_sgd", 2, "sgd", 0, true},
+    {"shm_adam_four", 4, "adam", 2, true},
+};
 
 int main(void)
 {
@@ -198,10 +188,10 @@ int main(void)
     unsetenv("ZPS_TEST_SHM");
     unsetenv("ZPS_NO_SHM");
     unsetenv("ZPS_TEST_SECURE");
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_socket_sgd),           cmocka_unit_test(test_socket_adam),
-        cmocka_unit_test(test_socket_momentum_four), cmocka_unit_test(test_shm_sgd),
-        cmocka_unit_test(test_shm_adam_four),
-    };
+    struct CMUnitTest tests[sizeof(cases) / sizeof(cases[0])];
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        tests[i] = (struct CMUnitTest)cmocka_unit_test_prestate(test_run, (void *)&cases[i]);
+        tests[i].name = cases[i].name;
+    }
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
