@@ -35,6 +35,8 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <poll.h>
 #include <time.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -65,6 +67,10 @@ typedef struct conn {
     bool up;                /* a ZMTP handshake with the peer succeeded and it has not gone */
     bool up_in_call;        /* up at some moment of the call in progress */
     bool tcp_seen;          /* a transport connection was made on this socket */
+    bool retried;           /* monitor: a connection attempt failed since the last one made
+                             * (ZMQ_EVENT_CONNECT_RETRIED), its reason not looked at yet */
+    int connect_errno;      /* why the last attempt failed (ECONNREFUSED, ...), or 0 */
+    bool refusal_logged;    /* the wait for this failure has been logged */
     unsigned drops;         /* connections of this socket that ended (monitor: DISCONNECTED) */
     unsigned drops_at_send; /* drops when the request in progress was last sent */
     int auth_failed;        /* the handshake failure (a ZMQ_EVENT_HANDSHAKE_FAILED_* event)
@@ -249,8 +255,10 @@ static void open_monitor(zps_client_t *c, conn_t *k)
 {
     k->up = false;
     k->tcp_seen = false;
+    k->retried = false;
     k->auth_failed = 0;
     int events = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECTED |
+                 ZMQ_EVENT_CONNECT_RETRIED |
                  ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
                  ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
     k->mon = attach_monitor(c, k, k->sock, events);
@@ -354,6 +362,12 @@ static void read_monitor(conn_t *k)
             seal_end(k);
         } else if (event == ZMQ_EVENT_CONNECTED) {
             k->tcp_seen = true;
+            k->retried = false;
+            k->connect_errno = 0;
+            k->refusal_logged = false;
+        } else if (event == ZMQ_EVENT_CONNECT_RETRIED) {
+            /* ZeroMQ says an attempt failed, not why: connect_reason looks. */
+            k->retried = !k->up;
         } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH ||
                    event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
                    event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
@@ -419,6 +433,83 @@ static void why_unanswered(const char *endpoint, char *buf, size_t size)
 #endif
     )
         snprintf(buf, size, "the host name %s does not resolve here: %s", host, gai_strerror(e));
+}
+
+/*
+ * Why a connection to endpoint fails: one attempt of our own, as ZeroMQ's
+ * would be (tcp://HOST:PORT, the first address HOST resolves to; or
+ * ipc://PATH), given at most `ms` milliseconds. Returns the errno of the
+ * failure (ECONNREFUSED: nothing listens; ENOENT: no such ipc path), or 0
+ * when it connected, timed out or cannot tell. Blocks up to `ms` (and on a
+ * name lookup); only called once ZeroMQ has reported a failed attempt.
+ */
+static int connect_reason(const char *endpoint, int ms)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = 0;
+    memset(&ss, 0, sizeof(ss));
+    if (strncmp(endpoint, "ipc://", 6) == 0) {
+        struct sockaddr_un *un = (struct sockaddr_un *)&ss;
+        const char *path = endpoint + 6;
+        if (strlen(path) >= sizeof(un->sun_path))
+            return 0;
+        un->sun_family = AF_UNIX;
+        strcpy(un->sun_path, path);
+        len = sizeof(*un);
+    } else if (strncmp(endpoint, "tcp://", 6) == 0) {
+        char host[256];
+        const char *h = endpoint + 6;
+        if (strchr(h, ';'))
+            return 0; /* a source address: leave it to ZeroMQ */
+        const char *colon = strrchr(h, ':');
+        if (!colon || colon == h)
+            return 0;
+        size_t n = (size_t)(colon - h);
+        if (h[0] == '[' && n >= 2 && h[n - 1] == ']') {
+            h++;
+            n -= 2;
+        }
+        if (n >= sizeof(host))
+            return 0;
+        memcpy(host, h, n);
+        host[n] = '\0';
+        struct addrinfo hints, *res = NULL;
+        memset(&hints, 0, sizeof(hints));
+        hints.ai_socktype = SOCK_STREAM;
+        if (getaddrinfo(host, colon + 1, &hints, &res) != 0 || !res)
+            return 0;
+        memcpy(&ss, res->ai_addr, res->ai_addrlen);
+        len = res->ai_addrlen;
+        freeaddrinfo(res);
+    } else {
+        return 0;
+    }
+    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return 0;
+    int e = 0;
+    if (connect(fd, (struct sockaddr *)&ss, len) != 0) {
+        e = errno;
+        if (e == EINPROGRESS) {
+            struct pollfd p = {.fd = fd, .events = POLLOUT};
+            e = 0;
+            if (poll(&p, 1, ms) == 1) {
+                socklen_t el = sizeof(e);
+                if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &el) != 0)
+                    e = 0;
+            }
+        }
+    }
+    close(fd);
+    return e;
+}
+
+/* "connection refused" for ECONNREFUSED, else strerror's words in lower case. */
+static void connect_words(int e, char *buf, size_t size)
+{
+    snprintf(buf, size, "%s", strerror(e));
+    if (buf[0] >= 'A' && buf[0] <= 'Z')
+        buf[0] = (char)(buf[0] - 'A' + 'a');
 }
 
 /* The server's sealed socket: k's tcp:// endpoint with the port it granted. */
@@ -833,6 +924,35 @@ size_t zps_client_server_count(const zps_client_t *c)
     return c->nconns;
 }
 
+int zps_client_check_endpoint(const char *endpoint, char *why, size_t why_size)
+{
+    const char *bad = NULL;
+    if (strncmp(endpoint, "ipc://", 6) == 0) {
+        if (endpoint[6] == '\0')
+            bad = "no path after ipc://";
+    } else if (strncmp(endpoint, "tcp://", 6) == 0) {
+        const char *colon = strrchr(endpoint + 6, ':');
+        char *end = NULL;
+        long port = colon ? strtol(colon + 1, &end, 10) : 0;
+        if (!colon || colon == endpoint + 6)
+            bad = "no HOST:PORT after tcp://";
+        else if (colon[1] < '0' || colon[1] > '9' || *end != '\0' || port < 1 || port > 65535)
+            bad = "PORT is not a number in 1..65535";
+    } else {
+        bad = "no tcp:// or ipc:// in front";
+    }
+    if (!bad)
+        return 0;
+    zps_set_reason(why, why_size, "invalid server endpoint '%s' (%s): expected tcp://HOST:PORT "
+                   "(e.g. tcp://127.0.0.1:7100) or ipc://PATH", endpoint, bad);
+    return ZPS_EINVAL;
+}
+
+int zps_client_connect_error(const zps_client_t *c, size_t index)
+{
+    return index < c->nconns ? c->conns[index].connect_errno : 0;
+}
+
 const char *zps_client_last_error(const zps_client_t *c)
 {
     return c->err;
@@ -975,6 +1095,8 @@ static void begin(zps_client_t *c, enum zps_msg_type type)
             k->req.config_fingerprint = c->fingerprint;
         if (c->opts.wire_bf16 && (type == ZPS_MSG_PULL || type == ZPS_MSG_PUSH))
             k->req.flags |= ZPS_FLAG_BF16;
+        if (c->opts.fail_not_initialised && type == ZPS_MSG_PULL)
+            k->req.flags |= ZPS_FLAG_NOT_INIT_NOW;
     }
 }
 
@@ -1116,7 +1238,10 @@ static void log_waiting(zps_client_t *c, uint64_t since_ns, uint64_t now)
             zps_info("waiting for server %zu at %s: no answer to %s for %s", i, k->endpoint, what,
                      took);
         } else {
-            why_unanswered(k->endpoint, why, sizeof(why));
+            if (k->connect_errno)
+                connect_words(k->connect_errno, why, sizeof(why));
+            else
+                why_unanswered(k->endpoint, why, sizeof(why));
             zps_warn("waiting for server %zu at %s: no answer to %s for %s (not connected: %s)", i,
                      k->endpoint, what, took, why);
         }
@@ -1180,6 +1305,32 @@ static int exchange(zps_client_t *c, bool all)
                               ? "the CURVE handshake failed: is --server-key this server's key?"
                               : "the server requires CURVE: give --key and --server-key");
                 k->outcome = rc = ZPS_EAUTH;
+            }
+        }
+        if (rc)
+            break;
+        /* A failed connection attempt: find out why, once per failure. A
+         * refusal ends a one-shot caller's call now (fail_on_refused);
+         * anyone else keeps waiting (ZeroMQ tries again), and is told at once
+         * what it waits for and why. */
+        for (size_t i = 0; i < c->nconns && rc == 0; i++) {
+            conn_t *k = &c->conns[i];
+            if (!k->pending || !k->retried || k->up ||
+                (k->refusal_logged && !c->opts.fail_on_refused))
+                continue;
+            k->retried = false;
+            k->connect_errno = connect_reason(k->endpoint, 500);
+            if (k->connect_errno == 0)
+                continue;
+            char words[128];
+            connect_words(k->connect_errno, words, sizeof(words));
+            if (c->opts.fail_on_refused &&
+                (k->connect_errno == ECONNREFUSED || k->connect_errno == ENOENT)) {
+                set_error(c, "%s: %s", k->endpoint, words);
+                k->outcome = rc = ZPS_EUNREACHABLE;
+            } else if (!k->refusal_logged && c->opts.wait_log_ms > 0) {
+                zps_warn("waiting for server %zu at %s: %s, retrying", i, k->endpoint, words);
+                k->refusal_logged = true;
             }
         }
         if (rc)

@@ -63,6 +63,19 @@ typedef struct zps_client_opts {
     int wait_log_ms;  /* a call still waiting after this long logs what it waits for (which
                        * server, which request, for how long), then again every 3 times as
                        * long; 0: never */
+    /* A one-shot caller (the zps tool): a server whose connection is refused
+     * (nothing listens at a tcp:// port, no ipc:// socket there) ends the
+     * call at once with ZPS_EUNREACHABLE, zps_client_last_error saying
+     * "ENDPOINT: connection refused", within about a second rather than at
+     * the deadline. Otherwise (a worker at a cluster's start) the call keeps
+     * waiting, ZeroMQ connects again every 100 ms, and with wait_log_ms > 0
+     * the first failed attempt is logged at once, with its reason:
+     * "waiting for server I at ENDPOINT: connection refused, retrying". */
+    bool fail_on_refused;
+    /* A one-shot caller: a pull before the model is initialised is refused
+     * by the server at once (ZPS_EREMOTE, zps_client_last_remote_status
+     * ZPS_ENOTINIT) rather than held until INIT, as a worker's is. */
+    bool fail_not_initialised;
     /* CURVE (docs/security.md). When `curve` is set every socket of the
      * client is a CURVE client with this key pair (binary, 32 bytes each,
      * as common/keys.h's zps_keypair_load reads them) that only talks to a
@@ -298,6 +311,22 @@ int zps_client_reload_keys(zps_client_t *c, char **report);
  * Owned by `c`; valid until the next call on `c`. Empty after a success.
  */
 const char *zps_client_last_error(const zps_client_t *c);
+
+/*
+ * Why the last attempt to connect to server `index` failed, as an errno
+ * value (ECONNREFUSED: nothing listens there), or 0 when none failed since
+ * the last connection was made (or the reason could not be told, or index
+ * is out of range). Kept across calls: a worker's wait log may say what it
+ * waits for. Never blocks.
+ */
+int zps_client_connect_error(const zps_client_t *c, size_t index);
+
+/*
+ * Checks that endpoint is one a client can use: tcp://HOST:PORT (HOST a
+ * name, an IPv4 address or [IPv6]; PORT 1..65535) or ipc://PATH. Returns 0,
+ * or ZPS_EINVAL with why saying the expected form and naming the entry.
+ */
+int zps_client_check_endpoint(const char *endpoint, char *why, size_t why_size);
 
 /* After ZPS_EREMOTE: the server's status code (a ZPS_E* value). */
 int zps_client_last_remote_status(const zps_client_t *c);

@@ -62,6 +62,8 @@ enum {
                                   * (server/shm.h), not in a frame: a PUSH's in the worker's
                                   * slot, a PULL reply's in buffer shm_buffer; on a PULL
                                   * request: such a reply is wanted */
+    ZPS_FLAG_NOT_INIT_NOW = 1u << 10, /* PULL request: before INIT, refuse it at once with
+                                       * ZPS_ENOTINIT rather than hold it until INIT */
 };
 
 /*

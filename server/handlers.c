@@ -196,6 +196,11 @@ void zps_handle_pull(zps_daemon_t *d, zps_request_t *r)
         if (!check_range(d, r))
             return;
     }
+    /* A one-shot tool would wait for nothing it can bring about. */
+    if ((req->flags & ZPS_FLAG_NOT_INIT_NOW) && !zps_consistency_initialized(d->consistency)) {
+        zps_reply_expected(d, r, ZPS_ENOTINIT, "the model is not initialised yet");
+        return;
+    }
 
     start_pull(d, r, 0, 0);
 }

@@ -13,6 +13,12 @@
 
 void zps_counters_error(zps_counters_t *c, int code)
 {
+    /* A request before INIT is the normal course of a cluster's start, not
+     * an error: counted apart, so a healthy start shows none. */
+    if (code == ZPS_ENOTINIT) {
+        c->not_initialised++;
+        return;
+    }
     c->errors++;
     unsigned idx = (unsigned)(-code);
     if (idx < 32)
@@ -78,7 +84,7 @@ char *zps_stats_json(const zps_daemon_t *d)
         "\"stats\":%llu,\"errors\":%llu,\"replies_dropped\":%llu,"
         "\"steps_refused\":%llu,\"buffered_discarded\":%llu,"
         "\"pulls_cancelled\":%llu,\"exchanges\":%llu,\"checks_background\":%llu,"
-        "\"steps_background\":%llu},"
+        "\"steps_background\":%llu,\"not_initialised\":%llu},"
         "\"step_running\":%s,\"check_running\":%s,\"errors_by_code\":{",
         zps_consistency_pending(rules), (unsigned long long)c->msgs_in,
         (unsigned long long)c->msgs_out, (unsigned long long)c->bytes_in,
@@ -91,7 +97,8 @@ char *zps_stats_json(const zps_daemon_t *d)
         (unsigned long long)c->steps_refused, (unsigned long long)c->buffered_discarded,
         (unsigned long long)c->pulls_cancelled, (unsigned long long)c->exchanges,
         (unsigned long long)c->checks_background, (unsigned long long)c->steps_background,
-        d->step.running ? "true" : "false", d->check.running ? "true" : "false");
+        (unsigned long long)c->not_initialised, d->step.running ? "true" : "false",
+        d->check.running ? "true" : "false");
     const char *sep = "";
     for (int i = 1; i < 32; i++) {
         if (c->errors_by_code[i]) {

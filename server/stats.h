@@ -29,9 +29,12 @@ typedef struct zps_counters {
     uint64_t pulls_cancelled;    /* waiting pulls whose connection closed */
     uint64_t exchanges;          /* pushes that were exchanges (each also counts as a pull) */
     uint64_t errors_by_code[32]; /* by -code */
+    uint64_t not_initialised;    /* ZPS_ENOTINIT replies: a cluster's start (a worker's
+                                  * shared-memory session asked for before INIT), not errors */
 } zps_counters_t;
 
-/* Counts one ERROR reply with status `code` (a ZPS_E* code). */
+/* Counts one ERROR reply with status `code` (a ZPS_E* code): in errors and
+ * errors_by_code, but ZPS_ENOTINIT in not_initialised alone. */
 void zps_counters_error(zps_counters_t *c, int code);
 
 /*

@@ -454,6 +454,13 @@ int zps_cmd_top(int argc, char **argv)
     size_t nservers;
     if (zps_parse_list(a.servers, &servers, &nservers))
         return usage_error("invalid --servers '%s': expected E1[,E2...]", a.servers);
+    for (size_t i = 0; i < nservers; i++) {
+        char why[512];
+        if (zps_client_check_endpoint(servers[i], why, sizeof(why)) != 0) {
+            free(servers);
+            return usage_error("--servers: %s", why);
+        }
+    }
 
     top_t t;
     memset(&t, 0, sizeof(t));
@@ -465,6 +472,7 @@ int zps_cmd_top(int argc, char **argv)
     opts.retry_ms = a.timeout_ms > 500 ? 500 : 0;
     opts.heartbeat_ms = 0; /* an observer: nothing to keep alive */
     opts.wait_log_ms = 0;  /* the frame says who did not answer */
+    opts.fail_on_refused = true;
     if (a.key) {
         char why[1024];
         if (zps_client_opts_set_keys(&opts, a.key, a.server_key, why, sizeof(why)) != 0) {

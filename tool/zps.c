@@ -14,7 +14,8 @@
  * Every command that talks to servers takes --key PREFIX.key --server-key
  * SERVER.pub for servers started with --key (docs/security.md).
  *
- * Exit status: 0 success, 1 a server refused (its reason on stderr) or did
+ * Exit status: 0 success, 1 a server refused (its reason on stderr), the
+ * model is not initialised yet, a connection was refused or a server did
  * not answer within the deadline, 2 bad usage, 3 a pull that timed out: its
  * servers were connected but held it back (the clock is not reached yet).
  */
@@ -84,10 +85,12 @@ static void usage(FILE *f)
                "  --help             this text\n"
                "\n"
                "Exit status: 0 success; 1 a server refused (its reason on stderr: with keys,\n"
-               "\"authentication failed for ENDPOINT\" or the role the key lacks), or did not\n"
-               "answer within the deadline (a wrong address, no server running); 2 bad usage;\n"
-               "3 a pull that timed out: the servers are there but hold it back because its\n"
-               "clock is not reached yet.\n");
+               "\"authentication failed for ENDPOINT\" or the role the key lacks), the model\n"
+               "is not initialised yet (said at once), a connection was refused (\"ENDPOINT:\n"
+               "connection refused\", within about a second), or a server did not answer\n"
+               "within the deadline; 2 bad usage (an endpoint not tcp://HOST:PORT or\n"
+               "ipc://PATH included); 3 a pull that timed out: the servers are there but hold\n"
+               "it back because its clock is not reached yet.\n");
 }
 
 typedef struct args {
@@ -262,6 +265,31 @@ static int read_floats(const char *path, float **out, size_t *n)
     return 0;
 }
 
+/* Writes v[n] as raw little-endian float32, what read_floats reads. */
+static int write_floats(const char *path, const float *v, uint64_t n)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        fprintf(stderr, "zps pull: cannot create %s: %s\n", path, strerror(errno));
+        return EXIT_REFUSED;
+    }
+    bool ok = true;
+    for (uint64_t i = 0; i < n && ok; i++) {
+        uint32_t u;
+        memcpy(&u, &v[i], sizeof(u));
+        unsigned char b[4] = {(unsigned char)u, (unsigned char)(u >> 8), (unsigned char)(u >> 16),
+                              (unsigned char)(u >> 24)};
+        ok = fwrite(b, 1, sizeof(b), f) == sizeof(b);
+    }
+    if (fclose(f) != 0)
+        ok = false;
+    if (!ok) {
+        fprintf(stderr, "zps pull: cannot write %s: %s\n", path, strerror(errno));
+        return EXIT_REFUSED;
+    }
+    return 0;
+}
+
 static int get_values(const args_t *a, float **v, size_t *n)
 {
     if (!!a->values == !!a->file)
@@ -283,6 +311,13 @@ static int get_values(const args_t *a, float **v, size_t *n)
 static int fail(zps_client_t *c, int rc)
 {
     const char *text = zps_client_last_error(c);
+    if (rc == ZPS_EREMOTE && zps_client_last_remote_status(c) == ZPS_ENOTINIT) {
+        fprintf(stderr,
+                "zps %s: the model is not initialised yet (zps init, or a worker of rank 0, "
+                "sets it)\n",
+                command);
+        return EXIT_REFUSED;
+    }
     bool held_back = rc == ZPS_ETIMEDOUT && strcmp(command, "pull") == 0;
     fprintf(stderr, "zps %s: %s%s\n", command, held_back ? "timed out: " : "",
             text && *text ? text : zps_strerror(rc));
@@ -336,10 +371,17 @@ static int cmd_pull(zps_client_t *c, const args_t *a)
     int rc = zps_client_pull_alloc(c, a->clock, &v, &n, &info);
     if (rc)
         return fail(c, rc);
-    char buf[48];
-    for (uint64_t i = 0; i < n; i++)
-        printf("%s\n", zps_format_float(v[i], buf, sizeof(buf)));
-    free(v);
+    if (a->file) {
+        int ex = write_floats(a->file, v, n);
+        free(v);
+        if (ex)
+            return ex;
+    } else {
+        char buf[48];
+        for (uint64_t i = 0; i < n; i++)
+            printf("%s\n", zps_format_float(v[i], buf, sizeof(buf)));
+        free(v);
+    }
     if (a->verbose)
         fprintf(stderr, "version %llu..%llu min_clock %llu%s\n",
                 (unsigned long long)info.min_version, (unsigned long long)info.max_version,
@@ -434,6 +476,13 @@ int main(int argc, char **argv)
     size_t nservers;
     if (zps_parse_list(a.servers, &servers, &nservers))
         return usage_error("invalid --servers '%s': expected E1[,E2...]", a.servers);
+    for (size_t i = 0; i < nservers; i++) {
+        char why[512];
+        if (zps_client_check_endpoint(servers[i], why, sizeof(why)) != 0) {
+            free(servers);
+            return usage_error("--servers: %s", why);
+        }
+    }
 
     zps_client_opts_t opts;
     zps_client_opts_default(&opts);
@@ -441,6 +490,8 @@ int main(int argc, char **argv)
     opts.timeout_ms = (int)a.timeout_ms;
     opts.retry_ms = (int)a.retry_ms;
     opts.heartbeat_ms = 0; /* one request, then gone: nothing to keep alive */
+    opts.fail_on_refused = true;      /* nothing listens: say so now */
+    opts.fail_not_initialised = true; /* no model yet: say so now */
     if (opts.timeout_ms >= 0)
         opts.wait_log_ms = 0; /* the deadline's message says it all */
     if (a.key) {

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The `zps` tool's default deadline and what its exit status then says:
-# a server that is not there is 1 ("no answer ... is a server running
-# there?") within the 10 s default, for every verb that talks to servers; a
-# pull that a live server holds back is 3 ("timed out").
+# an address where something takes the connection but no zps server
+# answers is 1 ("no answer ... is a server running there?") within the
+# 10 s default, for every verb that talks to servers; a pull that a live
+# server holds back is 3 ("timed out"). (A refused connection fails at
+# once: cli_fail_fast.sh.)
 #
 # usage: cli_deadline.sh ZPS_SERVER_BIN ZPS_BIN
 set -euo pipefail
@@ -10,7 +12,22 @@ server_bin=$1
 zps=$2
 . "$(dirname "$0")/lib.sh"
 
-dead_endpoint
+# A listener that never speaks: the kernel completes the connection, no
+# ZeroMQ handshake follows.
+/usr/bin/python3 -c '
+import socket, sys, time
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen(64)
+print(s.getsockname()[1], flush=True)
+time.sleep(600)' >"$dir/silent.port" &
+pids+=($!)
+for _ in $(seq 1 100); do
+    [ -s "$dir/silent.port" ] && break
+    sleep 0.1
+done
+[ -s "$dir/silent.port" ] || fail "the silent listener did not start"
+dead=tcp://127.0.0.1:$(cat "$dir/silent.port")
 
 # expect_quick WANT MAX_S CMD... : exit status WANT within MAX_S seconds
 expect_quick() {

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# A worker pointed at a server that is not there says so, periodically: it
+# A worker pointed at a server that is not there says so at once (within
+# 2 s guaranteed: ZeroMQ's first attempt is refused, the worker looks why)
+# and keeps waiting, as it must at a cluster's start; then periodically: it
 # logs which server it waits for, for which request and how long, and that
-# nothing is connected there; against a live server holding a pull back it
+# nothing is connected there and why; against a live server holding a pull back it
 # logs the pull and its clock, without that hint.
 #
 # usage: worker_wait_log.sh ZPS_SERVER_BIN ZPS_BIN ZPS_WORKER_BIN
@@ -25,13 +27,30 @@ wait_for_line() {
 }
 
 # Rank 0 initialises the model: it waits for an answer to init, forever (the
-# default --timeout), and says so every 3 * 300 ms after the first 300 ms.
+# default --timeout), says at once that the connection is refused, and then
+# says so every 3 * 10 s after the first 10 s (the default --wait-log-ms).
+t0=$(date +%s%N)
+"$worker_bin" --servers "$dead" --rank 0 --workers 1 "${data[@]}" \
+    "${client_keys[@]}" 2>"$dir/w0.log" &
+w0=$!
+pids+=($w0)
+wait_for_line "$dir/w0.log" \
+    "WARN  \[worker 0\] waiting for server 0 at $dead: connection refused, retrying$"
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+echo "first wait line after $ms ms"
+[ "$ms" -le 5000 ] || fail "the first wait line came after $ms ms, not within 2 s (bound 5 s)"
+kill -0 "$w0" 2>/dev/null || fail "worker 0 exited on a refusal: $(cat "$dir/w0.log")"
+kill "$w0"
+wait "$w0" 2>/dev/null || true
+
+# The same with --wait-log-ms 300: the periodic records, every 3 * 300 ms
+# after the first 300 ms, name the reason too.
 "$worker_bin" --servers "$dead" --rank 0 --workers 1 --wait-log-ms 300 "${data[@]}" \
     "${client_keys[@]}" 2>"$dir/w0.log" &
 w0=$!
 pids+=($w0)
 wait_for_line "$dir/w0.log" \
-    "WARN  \[worker 0\] waiting for server 0 at $dead: no answer to init for [0-9]* ms (not connected: is a server running there?)"
+    "WARN  \[worker 0\] waiting for server 0 at $dead: no answer to init for [0-9]* ms (not connected: connection refused)"
 wait_for_line "$dir/w0.log" "no answer to init for [1-9] s"
 kill -0 "$w0" 2>/dev/null || fail "worker 0 exited: $(cat "$dir/w0.log")"
 kill "$w0"
