@@ -17,6 +17,7 @@
 #include "parse.h"
 #include "server.h"
 #include "shard.h"
+#include "version.h"
 #include "wire.h"
 
 static void usage(FILE *f)
@@ -193,6 +194,10 @@ static int bad_flag(const char *flag, const char *value, const char *expect)
 
 int main(int argc, char **argv)
 {
+    if (argc == 2 && strcmp(argv[1], "--version") == 0) {
+        zps_version_print("zps-server");
+        return 0;
+    }
     zps_wire_tune_malloc();
     zps_server_config_t cfg;
     zps_server_config_default(&cfg);
@@ -395,6 +400,12 @@ int main(int argc, char **argv)
     }
     if (cfg.consistency.ssp_bound > 0 && cfg.consistency.mode != ZPS_MODE_SSP) {
         fprintf(stderr, "zps-server: --staleness applies to --mode ssp only\n");
+        return 2;
+    }
+    if (cfg.consistency.mode == ZPS_MODE_SSP && cfg.consistency.ssp_bound == 0) {
+        /* As zps launch: SSP(0) would be BSP without its barrier step. */
+        fprintf(stderr, "zps-server: --mode ssp needs --staleness S (S >= 1); for S = 0 use "
+                        "--mode bsp\n");
         return 2;
     }
     if ((cfg.checkpoint_every || cfg.resume) && !cfg.checkpoint_dir) {

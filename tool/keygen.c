@@ -23,7 +23,11 @@ static void usage(FILE *f)
                "Writes a new CURVE key pair: PREFIX.key, the secret key (mode 0600; keep it\n"
                "private), and PREFIX.pub, the public key (40 Z85 characters on one line, mode\n"
                "0644; share it). Existing files are left alone unless --force is given.\n"
-               "Servers and clients do not use these keys yet.\n"
+               "A server uses its pair with zps-server --key PREFIX.key, and admits the\n"
+               "clients' public keys listed, each with its role (admin, worker, reader), in\n"
+               "its --authorized-keys file; a client (zps, zps-worker) gives its own secret\n"
+               "key with --key and the server's public key with --server-key: every\n"
+               "connection is then authenticated and encrypted (docs/security.md).\n"
                "\n"
                "Exit status: 0 written; 1 the files cannot be written; 2 bad usage or the\n"
                "files exist.\n");

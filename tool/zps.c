@@ -34,6 +34,7 @@
 #include "log.h"
 #include "parse.h"
 #include "top.h"
+#include "version.h"
 
 #define EXIT_REFUSED 1
 #define EXIT_USAGE 2
@@ -82,7 +83,8 @@ static void usage(FILE *f)
                "                     the servers' public key (with --key)\n"
                "  --no-seal          with --key: every byte over CURVE, no sealed session\n"
                "  --verbose          pull: print model versions and min_clock on stderr\n"
-               "  --help             this text\n"
+               "  --help             this text (zps COMMAND --help: that command's flags)\n"
+               "  --version          print the version and exit\n"
                "\n"
                "Exit status: 0 success; 1 a server refused (its reason on stderr: with keys,\n"
                "\"authentication failed for ENDPOINT\" or the role the key lacks), the model\n"
@@ -91,6 +93,81 @@ static void usage(FILE *f)
                "within the deadline; 2 bad usage (an endpoint not tcp://HOST:PORT or\n"
                "ipc://PATH included); 3 a pull that timed out: the servers are there but hold\n"
                "it back because its clock is not reached yet.\n");
+}
+
+/* The flags every command that talks to servers shares, for its --help. */
+static const char common_flags[] =
+    "  --servers LIST     server endpoints in shard order, comma-separated, each\n"
+    "                     tcp://HOST:PORT or ipc://PATH\n"
+    "  --timeout-ms MS    give up after MS milliseconds (default 10000; -1: never)\n"
+    "  --retry-ms MS      resend an unanswered request after MS ms (default 1000)\n"
+    "  --key PREFIX.key   this client's CURVE secret key (servers with --key)\n"
+    "  --server-key SERVER.pub\n"
+    "                     the servers' public key (with --key)\n"
+    "  --no-seal          with --key: every byte over CURVE, no sealed session\n"
+    "  --help             this text\n";
+
+/* `zps COMMAND --help`: the command's own flags. */
+static void command_usage(FILE *f)
+{
+    static const struct {
+        const char *name, *text;
+    } help[] = {
+        {"init", "usage: zps init --servers LIST (--values V1,V2,... | --file F) [options]\n"
+                 "\n"
+                 "Sets the initial model on every shard, split by the range rule.\n"
+                 "\n"
+                 "  --values LIST      the parameters, comma-separated finite numbers\n"
+                 "  --file F           the parameters as raw little-endian float32 (what\n"
+                 "                     zps pull --file writes)\n"},
+        {"push", "usage: zps push --servers LIST --worker R --clock T --batch N\n"
+                 "                (--values G1,G2,... | --file F) [--verbose] [options]\n"
+                 "\n"
+                 "Pushes a gradient computed by worker R at clock T on N examples.\n"
+                 "\n"
+                 "  --worker R         the pushing worker's rank (R >= 0)\n"
+                 "  --clock T          the clock of the push\n"
+                 "  --batch N          the examples the gradient was computed on\n"
+                 "  --values LIST      the gradient, comma-separated finite numbers\n"
+                 "  --file F           the gradient as raw little-endian float32\n"
+                 "  --verbose          print versions, min_clock and what became of the push\n"
+                 "                     on stderr\n"},
+        {"pull", "usage: zps pull --servers LIST [--worker R] [--clock T] [--file F] [--verbose]\n"
+                 "                [options]\n"
+                 "\n"
+                 "Prints the parameters for a clock, one per line, each the shortest decimal\n"
+                 "that reads back as the same float32. Without --worker: an observer's view,\n"
+                 "answered at once. Before the model is initialised: exit 1 at once.\n"
+                 "\n"
+                 "  --worker R         pull as worker R (its consistency rule applies)\n"
+                 "  --clock T          the clock to pull for (default 0)\n"
+                 "  --file F           write the parameters to F as raw little-endian float32\n"
+                 "                     (what zps init --file reads), print nothing\n"
+                 "  --verbose          print model versions and min_clock on stderr\n"},
+        {"stats", "usage: zps stats --servers LIST [options]\n"
+                  "\n"
+                  "Prints each server's statistics as one JSON line (docs/protocol.md, STATS).\n"},
+        {"checkpoint", "usage: zps checkpoint --servers LIST [options]\n"
+                       "       zps checkpoint inspect FILE\n"
+                       "\n"
+                       "Has every server write a checkpoint now (needs --checkpoint-dir on the\n"
+                       "servers) and prints each one's version and file. `inspect` prints a\n"
+                       "checkpoint file's header and verifies every section's checksum (exit 0\n"
+                       "valid, 1 invalid, 2 unreadable).\n"},
+        {"reload-keys", "usage: zps reload-keys --servers LIST --key ADMIN.key --server-key "
+                        "SERVER.pub [options]\n"
+                        "\n"
+                        "Has every server read its --authorized-keys file again, as SIGHUP does (an\n"
+                        "admin key's request); prints each one's key count.\n"},
+    };
+    for (size_t i = 0; i < sizeof(help) / sizeof(help[0]); i++) {
+        if (strcmp(command, help[i].name) == 0) {
+            fprintf(f, "%s\nOptions:\n%s\nExit status: zps --help.\n", help[i].text,
+                    common_flags);
+            return;
+        }
+    }
+    usage(f);
 }
 
 typedef struct args {
@@ -117,7 +194,7 @@ __attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ..
     va_start(ap, fmt);
     fprintf(stderr, "zps: ");
     vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\nTry 'zps --help'.\n");
+    fprintf(stderr, "\nTry 'zps %s%s--help'.\n", command, *command ? " " : "");
     va_end(ap);
     return EXIT_USAGE;
 }
@@ -209,10 +286,10 @@ static int parse_args(int argc, char **argv, args_t *a)
             a->no_seal = true;
             break;
         case O_HELP:
-            usage(stdout);
+            command_usage(stdout);
             exit(0);
         default:
-            fprintf(stderr, "Try 'zps --help'.\n");
+            fprintf(stderr, "Try 'zps %s%s--help'.\n", command, *command ? " " : "");
             return EXIT_USAGE;
         }
     }
@@ -437,6 +514,10 @@ int main(int argc, char **argv)
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? EXIT_USAGE : 0;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        zps_version_print("zps");
+        return 0;
     }
     if (strcmp(argv[1], "launch") == 0)
         return zps_cmd_launch(argc - 1, argv + 1);

@@ -24,6 +24,7 @@
 #include "straggler_flags.h"
 #include "trainer.h"
 #include "worker_flags.h"
+#include "version.h"
 #include "wire.h"
 
 static void usage(FILE *f)
@@ -170,6 +171,10 @@ static int bad_usage(const char *why)
 
 int main(int argc, char **argv)
 {
+    if (argc == 2 && strcmp(argv[1], "--version") == 0) {
+        zps_version_print("zps-worker");
+        return 0;
+    }
     zps_wire_tune_malloc();
     int rc = 2;
     zps_trainer_config_t cfg;
