@@ -39,6 +39,7 @@
  * callback through its handle's data.
  */
 #include "launch.h"
+#include "plot.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -1023,7 +1024,10 @@ static void on_signal(uv_signal_t *h, int signum)
     if (L->phase != PH_ABORT)
         L->exit_code = 128 + signum;
     abort_run(L, "interrupted", NULL, "%s received",
-              signum == SIGINT ? "SIGINT" : strsignal(signum));
+              signum == SIGINT    ? "SIGINT"
+              : signum == SIGTERM ? "SIGTERM"
+              : signum == SIGHUP  ? "SIGHUP"
+                                  : strsignal(signum));
 }
 
 /* ---- set-up ---- */
@@ -1176,6 +1180,7 @@ static int finish(launch_t *L)
         say(L, "cannot write %s/summary.json", L->dir);
     if (zps_runstats_write_tables(L->rs, &info, L->dir) != 0)
         say(L, "cannot write the tables in %s", L->dir);
+    zps_plot_run_figures(L->dir); /* accuracy.png, loss.png; interrupted runs too */
 
     char rel[PATH_MAX + 300];
     snprintf(rel, sizeof(rel), "%s/%s", o->runs_dir, L->name);
@@ -1199,14 +1204,15 @@ static int finish(launch_t *L)
     zps_runstats_result_t res;
     zps_runstats_result(L->rs, &res);
     if (isfinite(res.final_accuracy))
-        printf("final test accuracy %.4f (loss %.4f) after %llu clocks: %s, %u servers x %u "
-               "workers, %.1f s training, %.0f examples/s; run folder %s\n",
+        printf("final test accuracy %.4f (loss %.4f) after %llu clocks: %s, %u server%s x %u "
+               "worker%s, %.1f s training, %.0f examples/s; run folder %s\n",
                res.final_accuracy, res.final_loss, (unsigned long long)res.final_clock, o->mode,
-               o->servers, o->workers, res.train_seconds, res.examples_per_second, rel);
+               o->servers, o->servers == 1 ? "" : "s", o->workers, o->workers == 1 ? "" : "s", res.train_seconds, res.examples_per_second, rel);
     else if (isfinite(res.final_loss))
-        printf("final test loss %.6g after %llu clocks: %s, %u servers x %u workers, %.1f s "
+        printf("final test loss %.6g after %llu clocks: %s, %u server%s x %u worker%s, %.1f s "
                "training; run folder %s\n",
-               res.final_loss, (unsigned long long)res.final_clock, o->mode, o->servers, o->workers,
+               res.final_loss, (unsigned long long)res.final_clock, o->mode, o->servers,
+               o->servers == 1 ? "" : "s", o->workers, o->workers == 1 ? "" : "s",
                res.train_seconds, rel);
     else
         printf("training ended without a final evaluation; run folder %s\n", rel);
@@ -1406,12 +1412,14 @@ int zps_cmd_launch(int argc, char **argv)
     zps_progress_init(&L->progress, stderr, o.progress, o.progress_every_s);
     if (L->hosts.n)
         fprintf(stderr,
-                "zps launch: %s, %u servers, %u workers on %zu hosts over ssh; run folder "
+                "zps launch: %s, %u server%s, %u worker%s on %zu host%s over ssh; run folder "
                 "%s/%s\n",
-                o.mode, o.servers, o.workers, L->hosts.n, o.runs_dir, L->name);
+                o.mode, o.servers, o.servers == 1 ? "" : "s", o.workers, o.workers == 1 ? "" : "s",
+                L->hosts.n, L->hosts.n == 1 ? "" : "s", o.runs_dir, L->name);
     else
-        fprintf(stderr, "zps launch: %s, %u servers, %u workers; run folder %s/%s\n", o.mode,
-                o.servers, o.workers, o.runs_dir, L->name);
+        fprintf(stderr, "zps launch: %s, %u server%s, %u worker%s; run folder %s/%s\n", o.mode,
+                o.servers, o.servers == 1 ? "" : "s", o.workers, o.workers == 1 ? "" : "s",
+                o.runs_dir, L->name);
     if (L->keys)
         fprintf(stderr,
                 "zps launch: CURVE on every connection; keys in %s/%s/keys (docs/security.md)\n",

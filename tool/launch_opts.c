@@ -114,7 +114,8 @@ static void usage(FILE *f)
                "  --eps --weight-decay --schedule --step-every --gamma --cosine-steps --lr-min\n"
                "  --warmup --worker-timeout --max-pending-pulls\n"
                "Handed to every worker: --model --data --data-dir --batch --epochs --clocks\n"
-               "  --seed --backend --device --blas-threads --eval-every (default 250 here)\n"
+               "  --seed --backend --device --blas-threads --eval-every (default: every\n"
+               "  half epoch here)\n"
                "  --base-step-ms --slowdown --delay --random-delay --intermittent --pause-at\n"
                "  --straggler-ranks --straggler-seed --no-final-wait\n"
                "\n"
@@ -142,6 +143,42 @@ static void usage(FILE *f)
                "Exit status: 0 training ended and every process exited cleanly; 1 a process\n"
                "failed (named on stderr) or the time limit passed; 2 bad usage; 130 or 143\n"
                "interrupted by SIGINT or SIGTERM.\n");
+}
+
+/* getopt_long's own messages (opterr) name the program "launch" and not
+ * "zps launch"; this says the same in ours. arg is the word getopt stopped
+ * at: an option it does not know, one that is a prefix of several, or one
+ * missing its value or given one it does not take. */
+static void bad_option(const struct option *all, const char *arg)
+{
+    if (strncmp(arg, "--", 2) != 0) {
+        fprintf(stderr, "zps launch: invalid option '%s'\n", arg);
+        return;
+    }
+    const char *name = arg + 2;
+    size_t len = strcspn(name, "=");
+    const struct option *exact = NULL;
+    int matches = 0;
+    for (const struct option *p = all; p->name; p++) {
+        if (strncmp(p->name, name, len) != 0)
+            continue;
+        matches++;
+        if (strlen(p->name) == len)
+            exact = p;
+    }
+    if (matches > 1 && !exact) {
+        fprintf(stderr, "zps launch: option '--%.*s' is ambiguous; possibilities:", (int)len, name);
+        for (const struct option *p = all; p->name; p++)
+            if (strncmp(p->name, name, len) == 0)
+                fprintf(stderr, " '--%s'", p->name);
+        fputc('\n', stderr);
+    } else if (matches == 0) {
+        fprintf(stderr, "zps launch: unrecognized option '--%.*s'\n", (int)len, name);
+    } else if (name[len] == '=') {
+        fprintf(stderr, "zps launch: option '--%.*s' takes no value\n", (int)len, name);
+    } else {
+        fprintf(stderr, "zps launch: option '--%.*s' needs a value\n", (int)len, name);
+    }
 }
 
 __attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...)
@@ -346,7 +383,7 @@ int zps_launch_opts_parse(int argc, char **argv, zps_launch_opts_t *o)
     double d;
     int c;
     optind = 1;
-    opterr = 1;
+    opterr = 0; /* bad_option says what was wrong, with our prefix */
     while ((c = getopt_long(argc, argv, "", all, NULL)) != -1) {
         const char *a = optarg;
         int ex = 0;
@@ -453,6 +490,7 @@ int zps_launch_opts_parse(int argc, char **argv, zps_launch_opts_t *o)
                     ex = ZPS_LAUNCH_EXIT_FAILED;
                 break;
             }
+            bad_option(all, argv[optind - 1]);
             fprintf(stderr, "Try 'zps launch --help'.\n");
             return ZPS_LAUNCH_EXIT_USAGE;
         }
@@ -463,6 +501,10 @@ int zps_launch_opts_parse(int argc, char **argv, zps_launch_opts_t *o)
         return usage_error("unexpected argument '%s'", argv[optind]);
     if (have_staleness && strcmp(o->mode, "ssp") != 0)
         return usage_error("--staleness applies to --mode ssp only");
+    if (strcmp(o->mode, "ssp") == 0 && (!have_staleness || o->ssp_bound == 0))
+        return usage_error("--mode ssp needs --staleness S (S >= 1: a worker may run S clocks "
+                           "ahead of the slowest; SSP(0) is BSP without a barrier step, so ask "
+                           "for --mode bsp)");
     if (o->backup > 0 && strcmp(o->mode, "bsp") != 0)
         return usage_error("--backup-workers applies to --mode bsp only");
     if (o->ssh && !o->hosts)

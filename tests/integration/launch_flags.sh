@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# zps launch's flags and messages (issue 29, docs/launch.md):
+#   - --mode ssp without --staleness, or with --staleness 0, is refused (2)
+#     before anything starts, and so is zps-server --mode ssp without one;
+#   - a bad option is named with the "zps launch:" prefix, an ambiguous one
+#     with its possibilities;
+#   - --help says launch evaluates every half epoch, not 250 clocks;
+#   - one server and one worker are said in the singular, and SIGTERM is
+#     named "SIGTERM received".
+# Stops only what it starts, by PID; the run folder is in lib.sh's $dir.
+#
+# usage: launch_flags.sh ZPS ZPS_SERVER
+set -euo pipefail
+zps=$1
+server_bin=$2
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh"
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# expect_usage WHAT PATTERN CMD...: CMD exits 2 and its stderr has PATTERN.
+expect_usage() {
+    local what=$1 pat=$2
+    shift 2
+    local rc=0
+    "$@" >"$dir/out" 2>"$dir/err" || rc=$?
+    [ "$rc" = 2 ] || { cat "$dir/err" >&2; fail "$what: exit $rc, expected 2"; }
+    grep -qF -- "$pat" "$dir/err" || { cat "$dir/err" >&2; fail "$what: no '$pat'"; }
+}
+
+runs=$dir/runs
+expect_usage "ssp without staleness" "--mode ssp needs --staleness S (S >= 1" \
+    "$zps" launch --mode ssp --runs-dir "$runs"
+expect_usage "ssp with staleness 0" "--mode ssp needs --staleness S (S >= 1" \
+    "$zps" launch --mode ssp --staleness 0 --runs-dir "$runs"
+expect_usage "staleness with asp" "--staleness applies to --mode ssp only" \
+    "$zps" launch --mode asp --staleness 2 --runs-dir "$runs"
+[ ! -e "$runs" ] || fail "a refused launch created $runs"
+expect_usage "zps-server ssp without staleness" "--mode ssp needs --staleness S (S >= 1)" \
+    "$server_bin" --listen tcp://127.0.0.1:0 --shard 0/1 --workers 1 --mode ssp
+
+expect_usage "ambiguous option" \
+    "zps launch: option '--worker' is ambiguous; possibilities: '--workers'" \
+    "$zps" launch --worker 2
+expect_usage "unknown option" "zps launch: unrecognized option '--frob'" "$zps" launch --frob
+expect_usage "missing value" "zps launch: option '--servers' needs a value" \
+    "$zps" launch --servers
+if grep -q '^launch:' "$dir/err"; then fail "getopt's own message is printed"; fi
+
+"$zps" launch --help >"$dir/help"
+grep -q 'default 250' "$dir/help" && fail "--help still says --eval-every 250"
+grep -q 'half epoch' "$dir/help" || fail "--help does not say half an epoch"
+
+# One server, one worker: singular. A short run on synthetic data.
+"$zps" launch --servers 1 --workers 1 --mode asp --model linear:8 \
+    --data synthetic:n=400,test=100,dim=8 --clocks 20 --runs-dir "$runs" --name one \
+    --no-progress --time-limit 120 >"$dir/one.out" 2>"$dir/one.err" ||
+    { cat "$dir/one.err" >&2; fail "the one-worker run failed"; }
+grep -q 'asp, 1 server, 1 worker; run folder' "$dir/one.err" || fail "plan line not singular"
+grep -q ' 1 server x 1 worker, ' "$dir/one.out" || { cat "$dir/one.out" >&2; fail "final line not singular"; }
+
+# SIGTERM while the cluster trains: "SIGTERM received", exit 143.
+"$zps" launch --servers 1 --workers 2 --mode asp --model linear:8 \
+    --data synthetic:n=4000,test=100,dim=8 --clocks 100000 --base-step-ms 20 \
+    --runs-dir "$runs" --name term --no-progress --time-limit 120 \
+    >"$dir/term.out" 2>"$dir/term.err" &
+lpid=$!
+for _ in $(seq 600); do
+    [ -s "$runs/term/worker-1.jsonl" ] && break
+    sleep 0.1
+done
+kill -TERM $lpid
+rc=0
+wait $lpid || rc=$?
+[ "$rc" = 143 ] || { cat "$dir/term.err" >&2; fail "SIGTERM: exit $rc, expected 143"; }
+grep -q 'SIGTERM received' "$dir/term.err" || { cat "$dir/term.err" >&2; fail "no 'SIGTERM received'"; }
+grep -q 'Terminated received' "$dir/term.err" && fail "strsignal's name printed"
+echo ok
