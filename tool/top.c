@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "barrier.h"
 #include "client.h"
@@ -37,8 +38,8 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: zps top --servers E1[,E2...] [--interval SEC] [--once] [--timeout-ms MS]\n"
-               "               [--run DIR] [--key PREFIX.key --server-key SERVER.pub]\n"
+    fprintf(f, "usage: zps top (--servers E1[,E2...] | --run DIR) [--interval SEC] [--once]\n"
+               "               [--timeout-ms MS] [--key PREFIX.key --server-key SERVER.pub]\n"
                "\n"
                "A live view of a running cluster from its servers' STATS, redrawn every\n"
                "interval (ANSI: clear screen, cursor home): per shard the version, step rate\n"
@@ -50,10 +51,13 @@ static void usage(FILE *f)
                "\n"
                "  --servers LIST   server endpoints in shard order, comma-separated\n"
                "  --interval SEC   seconds between refreshes (default 1)\n"
-               "  --once           print one frame without escape codes and exit\n"
+               "  --once           print one frame without escape codes and exit (STATS\n"
+               "                   sampled twice, a second apart, for the step rates)\n"
                "  --timeout-ms MS  how long to wait for each server's answer (default 2000)\n"
                "  --run DIR        a zps launch run folder: add each worker's step time split\n"
-               "                   (compute / pull wait / push, mean ms) from its metrics\n"
+               "                   (compute / pull wait / push, mean ms) from its metrics;\n"
+               "                   without --servers, its servers too (server-I.endpoint)\n"
+               "                   and, with keys/, its keys (keys/launch.key, server.pub)\n"
                "  --key PREFIX.key --server-key SERVER.pub\n"
                "                   for servers started with --key: this client's secret key\n"
                "                   (any listed role may read STATS) and the servers' public\n"
@@ -141,10 +145,50 @@ static int parse_args(int argc, char **argv, top_args_t *a)
     }
     if (optind < argc)
         return usage_error("unexpected argument '%s'", argv[optind]);
-    if (!a->servers)
-        return usage_error("--servers is required");
+    if (!a->servers && !a->run_dir)
+        return usage_error("--servers (or --run DIR) is required");
     if (!a->key != !a->server_key)
         return usage_error("--key and --server-key go together");
+    return 0;
+}
+
+/* ---- a run folder's servers and keys ---- */
+
+/*
+ * The endpoints of a zps launch run folder, from its server-I.endpoint
+ * files (I = 0, 1, ... until one is missing), comma-separated into a
+ * malloc'd *out. Returns 0, or ZPS_EINVAL (no server-0.endpoint, an empty
+ * one) or ZPS_ENOMEM, saying why on stderr.
+ */
+static int run_servers(const char *dir, char **out)
+{
+    zps_strbuf_t b;
+    zps_strbuf_init(&b);
+    unsigned i = 0;
+    for (;; i++) {
+        char path[4096], line[512];
+        snprintf(path, sizeof(path), "%s/server-%u.endpoint", dir, i);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            break;
+        bool ok = fgets(line, sizeof(line), f) != NULL;
+        fclose(f);
+        line[strcspn(line, "\r\n")] = '\0';
+        if (!ok || !line[0]) {
+            fprintf(stderr, "zps top: %s is empty (is the server still starting?)\n", path);
+            zps_strbuf_fini(&b);
+            return ZPS_EINVAL;
+        }
+        zps_strbuf_printf(&b, "%s%s", i ? "," : "", line);
+    }
+    if (i == 0) {
+        fprintf(stderr, "zps top: no %s/server-0.endpoint: not a zps launch run folder?\n", dir);
+        zps_strbuf_fini(&b);
+        return ZPS_EINVAL;
+    }
+    if (!b.data)
+        return ZPS_ENOMEM;
+    *out = b.data;
     return 0;
 }
 
@@ -450,15 +494,35 @@ int zps_cmd_top(int argc, char **argv)
     int ex = parse_args(argc, argv, &a);
     if (ex)
         return ex < 0 ? 0 : ex;
+    /* --run without --servers: the run folder's servers, and its keys when
+     * it has them (launch's own reader key, which may read STATS). */
+    char *run_list = NULL;
+    char run_key[4200], run_pub[4200];
+    if (!a.servers) {
+        if (run_servers(a.run_dir, &run_list) != 0)
+            return EXIT_USAGE;
+        a.servers = run_list;
+        snprintf(run_key, sizeof(run_key), "%s/keys/launch.key", a.run_dir);
+        snprintf(run_pub, sizeof(run_pub), "%s/keys/server.pub", a.run_dir);
+        if (!a.key && access(run_key, F_OK) == 0) {
+            a.key = run_key;
+            a.server_key = run_pub;
+        }
+    }
     char **servers;
     size_t nservers;
-    if (zps_parse_list(a.servers, &servers, &nservers))
-        return usage_error("invalid --servers '%s': expected E1[,E2...]", a.servers);
+    if (zps_parse_list(a.servers, &servers, &nservers)) {
+        ex = usage_error("invalid --servers '%s': expected E1[,E2...]", a.servers);
+        free(run_list);
+        return ex;
+    }
     for (size_t i = 0; i < nservers; i++) {
         char why[512];
         if (zps_client_check_endpoint(servers[i], why, sizeof(why)) != 0) {
             free(servers);
-            return usage_error("--servers: %s", why);
+            ex = usage_error("--servers: %s", why);
+            free(run_list);
+            return ex;
         }
     }
 
@@ -478,6 +542,7 @@ int zps_cmd_top(int argc, char **argv)
         if (zps_client_opts_set_keys(&opts, a.key, a.server_key, why, sizeof(why)) != 0) {
             fprintf(stderr, "zps top: %s\n", why);
             free(servers);
+            free(run_list);
             return EXIT_USAGE;
         }
     }
@@ -486,6 +551,7 @@ int zps_cmd_top(int argc, char **argv)
     if (rc) {
         fprintf(stderr, "zps top: cannot use --servers '%s': %s\n", a.servers, zps_strerror(rc));
         free(servers);
+        free(run_list);
         return EXIT_USAGE;
     }
     t.nshards = nservers;
@@ -505,6 +571,11 @@ int zps_cmd_top(int argc, char **argv)
 
     for (bool first = true; !stop_signal; first = false) {
         refresh(&t);
+        /* One frame has rates too: a second sample, a second later. */
+        if (a.once && any_answered(&t)) {
+            nap(1.0);
+            refresh(&t);
+        }
         if (first && !any_answered(&t)) {
             for (size_t i = 0; i < t.nshards; i++)
                 fprintf(stderr, "zps top: %s\n", t.shard[i].why);
@@ -556,5 +627,6 @@ done:
     free(t.shard);
     zps_client_free(t.client);
     free(servers);
+    free(run_list);
     return ex;
 }
