@@ -2,7 +2,8 @@
 # zps top --run DIR reads the servers from a run folder's server-I.endpoint
 # files (as zps launch writes them), needs no --servers, and with --once
 # samples STATS twice about a second apart: every shard's row has a step
-# rate, a number, not "-".
+# rate, a number, not "-". In the keyed run the folder has keys/ as zps
+# launch --keys lays it out, and zps top takes its keys from there.
 #
 # usage: top_run.sh ZPS_SERVER_BIN ZPS_BIN ZPS_WORKER_BIN
 set -euo pipefail
@@ -29,7 +30,12 @@ for _ in $(seq 1 100); do
     sleep 0.1
 done
 
-with_keys "$zps" top --run "$run" --once >"$dir/top" 2>"$dir/top.err" \
+if [ "$secure" = 1 ]; then
+    mkdir -m 700 "$run/keys"
+    cp -p "$dir/keys/admin.key" "$run/keys/launch.key"
+    cp -p "$dir/keys/server.pub" "$run/keys/server.pub"
+fi
+"$zps" top --run "$run" --once >"$dir/top" 2>"$dir/top.err" \
     || fail "zps top --run: exit $?: $(cat "$dir/top.err")"
 cat "$dir/top"
 for shard in 0 1; do
