@@ -258,9 +258,8 @@ static void open_monitor(zps_client_t *c, conn_t *k)
     k->retried = false;
     k->auth_failed = 0;
     int events = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECTED |
-                 ZMQ_EVENT_CONNECT_RETRIED |
-                 ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                 ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
+                 ZMQ_EVENT_CONNECT_RETRIED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                 ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
     k->mon = attach_monitor(c, k, k->sock, events);
     if (!k->mon)
         k->up = true;
@@ -943,8 +942,10 @@ int zps_client_check_endpoint(const char *endpoint, char *why, size_t why_size)
     }
     if (!bad)
         return 0;
-    zps_set_reason(why, why_size, "invalid server endpoint '%s' (%s): expected tcp://HOST:PORT "
-                   "(e.g. tcp://127.0.0.1:7100) or ipc://PATH", endpoint, bad);
+    zps_set_reason(why, why_size,
+                   "invalid server endpoint '%s' (%s): expected tcp://HOST:PORT "
+                   "(e.g. tcp://127.0.0.1:7100) or ipc://PATH",
+                   endpoint, bad);
     return ZPS_EINVAL;
 }
 
