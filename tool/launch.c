@@ -39,7 +39,6 @@
  * callback through its handle's data.
  */
 #include "launch.h"
-#include "plot.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -70,6 +69,7 @@
 #include "launch_remote.h"
 #include "metrics.h"
 #include "parse.h"
+#include "plot.h"
 #include "runstats.h"
 #include "timeutil.h"
 
@@ -1428,6 +1428,11 @@ int zps_cmd_launch(int argc, char **argv)
     uv_loop_init(&L->loop);
     uv_timer_init(&L->loop, &L->tick);
     L->tick.data = L;
+    /* A reader of our stdout that goes away (`zps launch | head -1`) must not
+     * kill the launcher before it stops the cluster and writes the summary:
+     * a write to it then fails with EPIPE, which the output ignores. The
+     * children get their default dispositions back (uv_spawn resets them). */
+    signal(SIGPIPE, SIG_IGN);
     static const int sigs[3] = {SIGINT, SIGTERM, SIGHUP};
     for (int i = 0; i < 3; i++) {
         uv_signal_init(&L->loop, &L->sig[i]);

@@ -670,6 +670,17 @@ char *zps_runstats_summary(const zps_runstats_t *rs, const zps_run_info_t *in)
     jnum(&b, "final_test_loss", res.final_loss, -1);
     zps_strbuf_printf(&b, ",\n  ");
     jnum(&b, "final_clock", sp.final ? (double)sp.final->clock : NAN, 0);
+    /* The latest evaluation, final or not: what an interrupted run learned. */
+    const erec_t *last = NULL;
+    for (size_t i = 0; i < rs->ne; i++)
+        if (!last || rs->evals[i].clock >= last->clock)
+            last = &rs->evals[i];
+    zps_strbuf_printf(&b, ",\n  ");
+    jnum(&b, "last_test_accuracy", last ? last->accuracy : NAN, 4);
+    zps_strbuf_printf(&b, ",\n  ");
+    jnum(&b, "last_test_loss", last ? last->loss : NAN, -1);
+    zps_strbuf_printf(&b, ",\n  ");
+    jnum(&b, "last_eval_clock", last ? (double)last->clock : NAN, 0);
     zps_strbuf_printf(&b, ",\n  ");
     jnum(&b, "wall_seconds", in->wall_seconds, 3);
     zps_strbuf_printf(&b, ",\n  ");

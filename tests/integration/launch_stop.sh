@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# zps launch stopped early keeps what it learned (issue 29, docs/launch.md):
+#   - after SIGINT, summary.json says status interrupted and carries the last
+#     evaluation (last_test_accuracy, last_eval_clock) beside a null
+#     final_test_accuracy, as eval.tsv has it;
+#   - `zps launch | head -1` (stdout's reader gone) still ends with
+#     summary.json written and no process of the run left alive.
+# Stops only what it starts, by PID; the run folder is in lib.sh's $dir.
+#
+# usage: launch_stop.sh ZPS
+set -euo pipefail
+zps=$1
+server_bin=/nonexistent # lib.sh's start_server is not used here
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh"
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+runs=$dir/runs
+py=/usr/bin/python3
+
+# none_alive RUN: no pid of RUN/processes.tsv is still running.
+none_alive() {
+    local pid
+    for pid in $(awk -F'\t' '$3 ~ /^[0-9]+$/ {print $3}' "$1/processes.tsv"); do
+        if kill -0 "$pid" 2>/dev/null; then fail "pid $pid of $1 still running"; fi
+    done
+}
+
+# SIGINT after the evaluator has evaluated a few times.
+"$zps" launch --servers 1 --workers 2 --mode asp --model mlp:8-4 \
+    --data synthetic:n=4000,test=100,dim=8,classes=4 --clocks 100000 --base-step-ms 10 \
+    --eval-every 5 \
+    --runs-dir "$runs" --name int --no-progress --time-limit 120 \
+    >"$dir/int.out" 2>"$dir/int.err" &
+lpid=$!
+for _ in $(seq 1200); do
+    n=$(grep -c test_accuracy "$runs/int/evaluator.jsonl" 2>/dev/null || true)
+    [ "${n:-0}" -ge 3 ] && break
+    sleep 0.1
+done
+kill -INT $lpid
+rc=0
+wait $lpid || rc=$?
+[ "$rc" = 130 ] || { cat "$dir/int.err" >&2; fail "SIGINT: exit $rc, expected 130"; }
+$py - "$runs/int/summary.json" <<'PY' || fail "summary after SIGINT"
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert s["status"] == "interrupted", s["status"]
+assert "final_test_accuracy" in s and s["final_test_accuracy"] is None, s["final_test_accuracy"]
+assert isinstance(s["last_test_accuracy"], float), s["last_test_accuracy"]
+assert 0 <= s["last_test_accuracy"] <= 1
+assert isinstance(s["last_eval_clock"], int) and s["last_eval_clock"] >= 5, s["last_eval_clock"]
+PY
+none_alive "$runs/int"
+
+# stdout's reader gone: head exits after the first line, launch goes on.
+set +o pipefail
+"$zps" launch --servers 1 --workers 2 --mode asp --model mlp:8-4 \
+    --data synthetic:n=400,test=100,dim=8,classes=4 --clocks 30 --targets 0.1,0.2,0.3 \
+    --runs-dir "$runs" --name pipe --no-progress --time-limit 120 2>"$dir/pipe.err" | head -1 >"$dir/pipe.out"
+set -o pipefail
+grep -q '^final test' "$dir/pipe.out" || { cat "$dir/pipe.err" >&2; fail "head saw no final line"; }
+for _ in $(seq 100); do
+    [ -s "$runs/pipe/summary.json" ] && break
+    sleep 0.1
+done
+$py -c 'import json,sys; json.load(open(sys.argv[1]))' "$runs/pipe/summary.json" ||
+    fail "no summary.json after | head -1"
+none_alive "$runs/pipe"
+echo ok
