@@ -1007,7 +1007,8 @@ static void on_tick(uv_timer_t *t)
     }
     if (L->o->time_limit_s > 0 && now_s > L->o->time_limit_s && L->phase != PH_ABORT &&
         L->phase != PH_SHUTDOWN)
-        abort_run(L, "timeout", NULL, "the time limit of %g s has passed", L->o->time_limit_s);
+        abort_run(L, "timeout", NULL, "the time limit of %g s has passed (stopping at %.2f s)",
+                  L->o->time_limit_s, now_s);
     kill_late(L, false);
     show_progress(L, false);
     maybe_finish(L);

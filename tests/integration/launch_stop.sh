@@ -4,7 +4,8 @@
 #     evaluation (last_test_accuracy, last_eval_clock) beside a null
 #     final_test_accuracy, as eval.tsv has it;
 #   - `zps launch | head -1` (stdout's reader gone) still ends with
-#     summary.json written and no process of the run left alive.
+#     summary.json written and no process of the run left alive;
+#   - --time-limit N begins the stop within a second of N.
 # Stops only what it starts, by PID; the run folder is in lib.sh's $dir.
 #
 # usage: launch_stop.sh ZPS
@@ -67,4 +68,29 @@ done
 $py -c 'import json,sys; json.load(open(sys.argv[1]))' "$runs/pipe/summary.json" ||
     fail "no summary.json after | head -1"
 none_alive "$runs/pipe"
+# --time-limit 3: the stop begins within a second of the limit (launch's own
+# line says when, measured on its clock), and the run ends well within the
+# grace period of 5 s for SIGTERM then SIGKILL, with room for a busy machine.
+limit=3
+t0=$(date +%s.%N)
+rc=0
+"$zps" launch --servers 1 --workers 2 --mode asp --model mlp:8-4 \
+    --data synthetic:n=4000,test=100,dim=8,classes=4 --clocks 100000 --base-step-ms 10 \
+    --runs-dir "$runs" --name limit --no-progress --time-limit $limit \
+    >"$dir/limit.out" 2>"$dir/limit.err" || rc=$?
+t1=$(date +%s.%N)
+[ "$rc" = 1 ] || { cat "$dir/limit.err" >&2; fail "--time-limit: exit $rc, expected 1"; }
+at=$(sed -n 's/.*the time limit of 3 s has passed (stopping at \([0-9.]*\) s); stopping.*/\1/p' \
+    "$dir/limit.err" | head -1)
+[ -n "$at" ] || { cat "$dir/limit.err" >&2; fail "no 'stopping at' line"; }
+$py - "$at" "$t0" "$t1" "$limit" "$runs/limit/summary.json" <<'PY' || fail "time limit"
+import json, sys
+at, t0, t1, limit = map(float, sys.argv[1:5])
+s = json.load(open(sys.argv[5]))
+assert s["status"] == "timeout", s["status"]
+assert limit <= at <= limit + 1.0, f"stop began at {at} s, limit {limit} s"
+assert t1 - t0 <= limit + 5.0 + 15.0, f"ended after {t1 - t0:.1f} s"
+print(f"stop began at {at:.2f} s, launch ended after {t1 - t0:.2f} s")
+PY
+none_alive "$runs/limit"
 echo ok
