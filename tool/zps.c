@@ -33,6 +33,7 @@
 #include "launch.h"
 #include "log.h"
 #include "parse.h"
+#include "plot.h"
 #include "top.h"
 #include "version.h"
 
@@ -59,6 +60,7 @@ static void usage(FILE *f)
                "  top     a live view of the cluster from its STATS: versions, step rates,\n"
                "          workers' clocks and lag, and whom a barrier waits for:\n"
                "          [--interval SEC] [--once] [--run DIR]: zps top --help\n"
+               "  plot    one figure of several run folders: zps plot RUN_DIR... [-o F.png]\n"
                "  checkpoint\n"
                "          have every server write a checkpoint now (needs --checkpoint-dir on\n"
                "          the servers); prints each one's version and file\n"
@@ -525,6 +527,8 @@ int main(int argc, char **argv)
         return zps_cmd_keygen(argc - 1, argv + 1);
     if (strcmp(argv[1], "top") == 0)
         return zps_cmd_top(argc - 1, argv + 1);
+    if (strcmp(argv[1], "plot") == 0)
+        return zps_cmd_plot(argc - 1, argv + 1);
     if (strcmp(argv[1], "checkpoint") == 0 && argc >= 3 && strcmp(argv[2], "inspect") == 0) {
         if (argc != 4)
             return usage_error("usage: zps checkpoint inspect FILE");
