@@ -8,7 +8,7 @@ set style histogram rowstacked
 set style fill solid 0.85 border -1
 set boxwidth 0.8
 set xtics rotate by -60 font ",8"
-set key outside top center horizontal font ",9"
+set key outside bottom center horizontal font ",9"
 do for [i = 1:nsettings] {
     s = word(settings, i)
     f = sprintf("%s/plot/split-%s.tsv", out, s)
