@@ -258,8 +258,7 @@ static void gp_compare(FILE *f, const char *tmp, const char *out, size_t runs, c
              "test accuracy");
     gp_targets(f, NULL, 0);
     fprintf(f, "set autoscale y\nset key top right\n");
-    gp_panel(f, tmp, runs, r, 1, 3, "test loss against time", "seconds of training",
-             "test loss");
+    gp_panel(f, tmp, runs, r, 1, 3, "test loss against time", "seconds of training", "test loss");
     gp_panel(f, tmp, runs, r, 4, 3, "test loss against examples seen", "examples seen",
              "test loss");
     fprintf(f, "unset multiplot\n");
@@ -301,8 +300,7 @@ static bool write_all_data(const char *tmp, size_t runs, run_t *r, bool quiet)
         if (n < 0 && !quiet)
             fprintf(stderr, "zps plot: %s: not a run folder (no eval.tsv)\n", r[i].dir);
         if (n == 0 && !quiet)
-            fprintf(stderr, "zps plot: %s: no evaluation yet (eval.tsv has no points)\n",
-                    r[i].dir);
+            fprintf(stderr, "zps plot: %s: no evaluation yet (eval.tsv has no points)\n", r[i].dir);
         if (n <= 0)
             return false;
     }
@@ -311,19 +309,18 @@ static bool write_all_data(const char *tmp, size_t runs, run_t *r, bool quiet)
 
 static void plot_usage(FILE *f)
 {
-    fprintf(f,
-            "usage: zps plot RUN_DIR... [-o FILE.png] [--target ACC]... [--keep-script FILE]\n"
-            "  One figure of several `zps launch` run folders: test accuracy and test loss\n"
-            "  against seconds of training and against examples seen (2x2), one line per\n"
-            "  run, labelled by its folder's name and plan (mode, servers x workers).\n"
-            "  -o FILE.png          the figure (default zps-plot.png in this folder)\n"
-            "  --target ACC         a dashed accuracy line; repeat or give A,B,...\n"
-            "                       (default: none)\n"
-            "  --keep-script FILE   also copy the gnuplot script to FILE (its data files\n"
-            "                       are removed with the temporary folder)\n"
-            "Needs gnuplot on PATH. Exit status: 0 written; 1 a folder is not a run\n"
-            "(no eval.tsv), has no evaluation yet, or gnuplot is missing or failed;\n"
-            "2 bad usage.\n");
+    fprintf(f, "usage: zps plot RUN_DIR... [-o FILE.png] [--target ACC]... [--keep-script FILE]\n"
+               "  One figure of several `zps launch` run folders: test accuracy and test loss\n"
+               "  against seconds of training and against examples seen (2x2), one line per\n"
+               "  run, labelled by its folder's name and plan (mode, servers x workers).\n"
+               "  -o FILE.png          the figure (default zps-plot.png in this folder)\n"
+               "  --target ACC         a dashed accuracy line; repeat or give A,B,...\n"
+               "                       (default: none)\n"
+               "  --keep-script FILE   also copy the gnuplot script to FILE (its data files\n"
+               "                       are removed with the temporary folder)\n"
+               "Needs gnuplot on PATH. Exit status: 0 written; 1 a folder is not a run\n"
+               "(no eval.tsv), has no evaluation yet, or gnuplot is missing or failed;\n"
+               "2 bad usage.\n");
 }
 
 static bool copy_file(const char *from, const char *to)
@@ -364,8 +361,9 @@ int zps_cmd_plot(int argc, char **argv)
                 double t = strtod(p, &end);
                 if (end == p || errno || !(t >= 0 && t <= 1) || (*end && *end != ',') ||
                     nt == MAX_TARGETS) {
-                    fprintf(stderr, "zps plot: invalid --target '%s': expected accuracies in "
-                                    "[0, 1], A,B,... (at most 16)\n",
+                    fprintf(stderr,
+                            "zps plot: invalid --target '%s': expected accuracies in "
+                            "[0, 1], A,B,... (at most 16)\n",
                             optarg);
                     return EXIT_USAGE;
                 }

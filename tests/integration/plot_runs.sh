@@ -5,7 +5,8 @@
 #   - `zps plot RUN1 RUN2 -o out.png --target 0.5` writes one PNG, and its
 #     gnuplot script (--keep-script) names both runs and the target;
 #   - a folder that is not a run (no eval.tsv) is named, exit 1; no run
-#     folder at all is bad usage, exit 2.
+#     folder at all is bad usage, exit 2;
+#   - without gnuplot on PATH a run succeeds and says "figures skipped" once.
 # Skipped (77) without gnuplot. Stops only what it starts; the run folders
 # are in lib.sh's $dir.
 #
@@ -53,6 +54,15 @@ rc=0
 grep -qF "$dir/notarun: not a run folder (no eval.tsv)" "$dir/bad.err" ||
     { cat "$dir/bad.err" >&2; fail "the bad folder is not named"; }
 [ ! -e "$dir/bad.png" ] || fail "a figure was written for a bad folder"
+# Without gnuplot on PATH a run still succeeds and says once that figures
+# were skipped.
+env PATH=/nonexistent "$zps" launch --servers 1 --workers 1 --mode asp --model linear:8 \
+    --data synthetic:n=400,test=100,dim=8 --clocks 20 --runs-dir "$runs" --name nognu \
+    --no-progress --time-limit 120 >"$dir/nognu.out" 2>"$dir/nognu.err" ||
+    { cat "$dir/nognu.err" >&2; fail "the run without gnuplot failed"; }
+[ "$(grep -c 'figures skipped' "$dir/nognu.err")" = 1 ] ||
+    { cat "$dir/nognu.err" >&2; fail "no single 'figures skipped' line without gnuplot"; }
+[ ! -e "$runs/nognu/accuracy.png" ] || fail "a figure without gnuplot"
 rc=0
 "$zps" plot -o "$dir/none.png" 2>"$dir/none.err" || rc=$?
 [ "$rc" = 2 ] || fail "no run folder: exit $rc, expected 2"
