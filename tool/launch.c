@@ -70,7 +70,6 @@
 #include "metrics.h"
 #include "parse.h"
 #include "plot.h"
-#include "plot.h"
 #include "runstats.h"
 #include "timeutil.h"
 
@@ -1182,7 +1181,6 @@ static int finish(launch_t *L)
         say(L, "cannot write %s/summary.json", L->dir);
     if (zps_runstats_write_tables(L->rs, &info, L->dir) != 0)
         say(L, "cannot write the tables in %s", L->dir);
-    zps_plot_run_figures(L->dir); /* accuracy.png, loss.png; interrupted runs too */
     zps_plot_run_figures(L->dir); /* accuracy.png, loss.png; interrupted runs too */
 
     char rel[PATH_MAX + 300];
