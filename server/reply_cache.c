@@ -97,7 +97,9 @@ static int fresh_msg(zps_reply_cache_t *c, size_t n, zmq_msg_t *msg)
     void *data = malloc(n * elem_bytes(c));
     if (!data)
         return ZPS_ENOMEM;
-    atomic_fetch_add(&c->fresh, 1);
+    size_t alive = atomic_fetch_add(&c->fresh, 1) + 1;
+    if (alive > c->fresh_peak)
+        c->fresh_peak = alive;
     if (zmq_msg_init_data(msg, data, n * elem_bytes(c), fresh_released, c) != 0) {
         free(data);
         atomic_fetch_sub(&c->fresh, 1);
@@ -153,6 +155,14 @@ zps_reply_buf_t *zps_reply_cache_reserve(zps_reply_cache_t *c, size_t len)
 {
     zps_reply_cache_drop(c);
     return buf_take(c, len);
+}
+
+size_t zps_reply_cache_copies_peak(const zps_reply_cache_t *c)
+{
+    size_t n = c->fresh_peak;
+    for (int i = 0; i < ZPS_REPLY_POOL; i++)
+        n += c->pool[i].data != NULL;
+    return n;
 }
 
 void zps_reply_cache_unreserve(zps_reply_cache_t *c, zps_reply_buf_t *b)

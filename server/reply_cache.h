@@ -58,6 +58,7 @@ typedef struct zps_reply_cache {
     size_t pool_size;    /* pooled buffers used, <= ZPS_REPLY_POOL */
     size_t max_copies;   /* copies alive at once, pooled and fresh, >= pool_size */
     atomic_size_t fresh; /* fresh copies alive (outside the pool) */
+    size_t fresh_peak;   /* the most fresh copies alive at once (only the loop adds them) */
     zmq_msg_t msg;       /* the cached payload, when `cached` */
     bool cached;
     uint64_t version; /* of the cached payload */
@@ -105,6 +106,13 @@ int zps_reply_cache_get(zps_reply_cache_t *c, const float *params, size_t len, u
  * flight (the next pull then copies the parameters itself).
  */
 zps_reply_buf_t *zps_reply_cache_reserve(zps_reply_cache_t *c, size_t len);
+
+/*
+ * The most copies of the parameters this cache has held at once, as an upper
+ * bound: the pooled buffers that hold memory (kept for reuse, their pages
+ * stay resident) plus the peak of fresh copies. STATS `resident_copies`.
+ */
+size_t zps_reply_cache_copies_peak(const zps_reply_cache_t *c);
 
 /* b (from zps_reply_cache_reserve) was not written after all: back to the pool. */
 void zps_reply_cache_unreserve(zps_reply_cache_t *c, zps_reply_buf_t *b);

@@ -152,6 +152,17 @@ uint64_t zps_shm_bytes(const zps_shm_t *s)
     return s->base ? s->layout->size : 0;
 }
 
+void zps_shm_touched(const zps_shm_t *s, uint32_t *buffers, uint32_t *copies)
+{
+    uint32_t b = 0, c = 0;
+    for (uint32_t i = 0; s->base && i < s->layout->nbufs; i++)
+        b += s->bufs[i].used;
+    for (uint32_t i = 0; s->copies && i < s->nsessions * ZPS_SHM_COPIES; i++)
+        c += s->copies[i].data != NULL;
+    *buffers = b;
+    *copies = c;
+}
+
 static void release_buf(zps_shm_t *s, zps_shm_session_t *x)
 {
     if (x->lent >= 0 && s->bufs[x->lent].lent > 0)

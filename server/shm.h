@@ -99,6 +99,14 @@ void zps_shm_destroy(zps_shm_t *s);
 uint64_t zps_shm_bytes(const zps_shm_t *s);
 
 /*
+ * What of the segment and beside it this shard has touched, in copies of
+ * its parameters (STATS `resident_copies`): *buffers, the parameter buffers
+ * ever written (their pages stay resident); *copies, the private copies of
+ * pushed gradients ever allocated (kept for reuse).
+ */
+void zps_shm_touched(const zps_shm_t *s, uint32_t *buffers, uint32_t *copies);
+
+/*
  * A session for `rank` on connection fd (replacing fd's own earlier one).
  * NULL with the reason in why when another live connection holds the rank.
  */

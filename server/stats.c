@@ -138,6 +138,19 @@ char *zps_stats_json(const zps_daemon_t *d)
                       d->cfg->no_shm ? "false" : "true", (unsigned long long)zps_shm_bytes(&d->shm),
                       (unsigned long long)d->shm.granted, (unsigned long long)d->shm.ended,
                       (unsigned long long)d->shm.pushes, (unsigned long long)d->shm.replies);
+    /* Shard-sized buffers touched, in copies of the parameters: what an
+     * honest run's resident size is made of beside the store
+     * (docs/protocol.md, "What an honest run holds"). */
+    uint32_t shm_bufs, shm_copies;
+    zps_shm_touched(&d->shm, &shm_bufs, &shm_copies);
+    zps_strbuf_printf(&b,
+                      ",\"resident_copies\":{\"replies\":%zu,\"observer_replies\":%zu,"
+                      "\"replies_bf16\":%zu,\"observer_replies_bf16\":%zu,"
+                      "\"shm_buffers\":%u,\"shm_private\":%u}",
+                      zps_reply_cache_copies_peak(&d->reply_cache),
+                      zps_reply_cache_copies_peak(&d->observer_cache),
+                      zps_reply_cache_copies_peak(&d->reply_cache16),
+                      zps_reply_cache_copies_peak(&d->observer_cache16), shm_bufs, shm_copies);
     if (d->metrics) {
         zps_strbuf_printf(&b, ",\"metrics\":");
         zps_strbuf_json_string(&b, zps_metrics_http_address(d->metrics));

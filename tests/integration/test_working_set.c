@@ -18,7 +18,10 @@
  * asks for the session and goes over the socket), the W slots the server
  * reads, a private copy of each worker's push, and one parameter buffer.
  *
- * The formula is computed here from those terms, not taken from the server.
+ * The formula is computed here from those terms, not taken from the server;
+ * what the server holds in flight beyond them (STATS resident_copies: one
+ * more reply buffer when ZeroMQ has not yet given the previous version's
+ * back) is counted into it, and may be one copy at most.
  * The hard bound (STATS limits.memory_bound_bytes, what no peer can push
  * the server past) is printed beside it: it is several times larger, since
  * it allows for what hostile or slow peers can make a server hold.
@@ -148,6 +151,10 @@ static void test_run(void **state)
     assert_int_equal(zps_client_stats(admin, 0, &json), 0);
     long long shm_pushes = stat_number(json, "shm", "pushes");
     long long bound = stat_number(json, "limits", "memory_bound_bytes");
+    long long replies = stat_number(json, "resident_copies", "replies");
+    long long observer = stat_number(json, "resident_copies", "observer_replies");
+    long long shm_bufs = stat_number(json, "resident_copies", "shm_buffers");
+    long long shm_private = stat_number(json, "resident_copies", "shm_private");
     free(json);
     zps_client_free(admin);
     assert_int_equal(harness_stop(&srv), 0);
@@ -155,15 +162,37 @@ static void test_run(void **state)
     /* Every exchange after the first pull went through shared memory, or none did. */
     assert_int_equal(shm_pushes, shm ? (long long)workers * CLOCKS : 0);
 
-    unsigned copies =
-        shm ? (unsigned)((1 + k) + 1 + 2 * workers + 1) : (unsigned)((1 + k) + workers + 1);
+    /*
+     * The copies of the parameters in flight, as the server counted them
+     * (STATS resident_copies), against what the formula names. A pull
+     * reply's buffer comes back when ZeroMQ's I/O thread has written the
+     * reply out, and on a busy machine that thread may still hold the
+     * previous version's when the next step writes: the step then takes
+     * one more buffer. Nothing else can add one in an honest BSP run:
+     * shared-memory buffers are let go of by each session's next request,
+     * before the step that writes over them, and a push's private copy
+     * is closed by the step that consumes it. So the count may exceed the
+     * formula's by one copy at most, and the peak is checked against the
+     * formula with the copies really held.
+     */
+    long long named = shm ? 1 + 1 + workers : 1; /* replies (+ shm buffers + private copies) */
+    long long held = replies + observer + (shm ? shm_bufs + shm_private : 0);
+    long long extra = held - named;
+    if (extra < 0 || extra > 1)
+        fail_msg("the shard held %lld copies in flight (replies %lld, observer %lld, shm "
+                 "buffers %lld, private %lld) where the formula names %lld: at most one more "
+                 "may be in flight",
+                 held, replies, observer, shm_bufs, shm_private, named);
+    /* The parameters and state, then the W pushes' frames (socket) or the W slots (shm). */
+    unsigned copies = (unsigned)((1 + k) + workers + held);
     double p_kb = (double)P_BYTES / 1024.0;
     double want_kb = (double)base_kb + p_kb * copies;
     double off = ((double)peak_kb - want_kb) / want_kb;
-    printf("%-9s W=%d %-8s: peak %.1f MiB, working set %.1f MiB (%.1f + %u x %.0f) %+.2f%%; "
-           "hard bound %.1f MiB\n",
+    printf("%-9s W=%d %-8s: peak %.1f MiB, working set %.1f MiB (%.1f + %u x %.0f, %lld in "
+           "flight beyond the formula) %+.2f%%; hard bound %.1f MiB\n",
            shm ? "shm" : "socket", workers, opt, peak_kb / 1024.0, want_kb / 1024.0,
-           base_kb / 1024.0, copies, p_kb / 1024.0, 100.0 * off, (double)bound / 1048576.0);
+           base_kb / 1024.0, copies, p_kb / 1024.0, extra, 100.0 * off,
+           (double)bound / 1048576.0);
     if (!(off <= TOLERANCE && off >= -TOLERANCE))
         fail_msg("the shard's peak resident size is %.2f%% from its working set", 100.0 * off);
 }
