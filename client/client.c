@@ -1386,11 +1386,15 @@ static int exchange(zps_client_t *c, bool all)
             conn_t *k = &c->conns[i];
             if (!k->pending)
                 continue;
-            /* An exchange waits on its rule as a pull does, but carries a
-             * gradient: sent again only when the connection it went out on
-             * has ended since (TCP loses nothing while it lasts). */
-            if (k->resend_at_ns <= now && (k->req.flags & ZPS_FLAG_EXCHANGE) && k->up &&
-                k->drops == k->drops_at_send) {
+            /* A request that carries values (INIT, PUSH, an exchange) is
+             * sent again only when the connection it went out on has ended
+             * since: TCP loses nothing while it lasts, and a shard's worth of
+             * values sent twice is held twice by the server until the second
+             * is acknowledged (an INIT of 64 MiB slowed past retry_ms by a
+             * busy machine was). An exchange also waits on its rule as a
+             * pull does. */
+            bool carries = k->req.type == ZPS_MSG_INIT || k->req.type == ZPS_MSG_PUSH;
+            if (k->resend_at_ns <= now && carries && k->up && k->drops == k->drops_at_send) {
                 k->resend_at_ns = now + (uint64_t)k->backoff_ms * 1000000ull;
             } else if (k->resend_at_ns <= now) {
                 zps_debug("%s: no reply after %d ms, sending request %llu again", k->endpoint,

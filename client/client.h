@@ -16,8 +16,10 @@
  * server was connected but did not answer (a pull that its consistency rule
  * holds back, or a server that is stuck). While it waits, the call logs
  * (common/log.h) which server and request it waits for: see wait_log_ms.
- * An unanswered request is sent again every `retry_ms` (doubling up to 8 s);
- * that is safe because every request is idempotent on the server: a resent
+ * An unanswered request is sent again every `retry_ms` (doubling up to 8 s),
+ * one that carries values (INIT, PUSH, an exchange) only once the connection
+ * it went out on has ended since (TCP loses nothing while it lasts); that is
+ * safe because every request is idempotent on the server: a resent
  * INIT carries the values already sent, which a shard acknowledges without
  * change (see zps_client_init); a push already taken is acknowledged without
  * being applied again; a repeated pull is answered once.

@@ -288,7 +288,11 @@ void zps_handle_init(zps_daemon_t *d, zps_request_t *r)
                             "the model was already initialised with other values");
             return;
         }
-        /* Identical (or the model has moved on since): acknowledged, nothing changes. */
+        /* Identical (or the model has moved on since): acknowledged, nothing
+         * changes, and its frames go back to the kernel as the first INIT's
+         * did: a resend after a reconnection must not stay in the heap. */
+        zps_message_drop_payload(r->msg);
+        zps_wire_trim_heap();
     } else {
         zps_range_t range = {req->offset, req->offset + req->length};
         int rc = zps_store_set(&d->store, req->total, range, NULL, &d->cfg->opt);
