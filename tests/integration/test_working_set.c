@@ -191,8 +191,7 @@ static void test_run(void **state)
     printf("%-9s W=%d %-8s: peak %.1f MiB, working set %.1f MiB (%.1f + %u x %.0f, %lld in "
            "flight beyond the formula) %+.2f%%; hard bound %.1f MiB\n",
            shm ? "shm" : "socket", workers, opt, peak_kb / 1024.0, want_kb / 1024.0,
-           base_kb / 1024.0, copies, p_kb / 1024.0, extra, 100.0 * off,
-           (double)bound / 1048576.0);
+           base_kb / 1024.0, copies, p_kb / 1024.0, extra, 100.0 * off, (double)bound / 1048576.0);
     if (!(off <= TOLERANCE && off >= -TOLERANCE))
         fail_msg("the shard's peak resident size is %.2f%% from its working set", 100.0 * off);
 }
