@@ -73,6 +73,8 @@
 #include "runstats.h"
 #include "timeutil.h"
 
+extern char **environ;
+
 #define TICK_MS 100
 /* Until every server listens: the workers start at the first tick after. */
 #define STARTUP_TICK_MS 5
@@ -143,6 +145,8 @@ typedef struct launch {
     uv_signal_t sig[3];
     uv_work_t work;
     bool closing;
+
+    zps_argv_t env; /* the ZPS_* variables of our environment, NAME=VALUE */
 
     child_t *servers;
     child_t *workers;   /* [W + 1]: the W workers, then the evaluator */
@@ -1171,6 +1175,8 @@ static int finish(launch_t *L)
     info.failed = L->failed[0] ? L->failed : NULL;
     info.server_args = (const char *const *)o->server_args.v;
     info.server_arg_count = o->server_args.n;
+    info.environment = (const char *const *)L->env.v;
+    info.environment_count = L->env.n;
     char *summary = zps_runstats_summary(L->rs, &info);
     FILE *f = summary ? open_in_run(L, "summary.json", "w") : NULL;
     bool wrote = f && fputs(summary, f) != EOF;
@@ -1396,6 +1402,21 @@ int zps_cmd_launch(int argc, char **argv)
         child_init(L, &L->workers[i], false, i);
     L->evaluator = &L->workers[o.workers];
 
+    /* Every ZPS_* variable changes what some process does (the servers',
+     * the workers', the test harness's switches): each is named here, passed
+     * on by inheritance, and recorded in commands.txt and summary.json. */
+    for (char **e = environ; *e; e++)
+        if (strncmp(*e, "ZPS_", 4) == 0)
+            zps_argv_push(&L->env, *e);
+    if (L->env.n) {
+        fprintf(stderr, "zps launch: the environment changes this run:");
+        for (size_t i = 0; i < L->env.n; i++)
+            fprintf(stderr, " %s", L->env.v[i]);
+        fprintf(stderr, L->hosts.n ? " (passed on to the processes on this host only: ssh does "
+                                     "not carry them to the others)\n"
+                                   : " (passed on to every process)\n");
+    }
+
     FILE *cmds = open_in_run(L, "commands.txt", "w");
     if (cmds) {
         fprintf(cmds, "# zps launch, run from %s\n",
@@ -1406,6 +1427,8 @@ int zps_cmd_launch(int argc, char **argv)
             zps_argv_push(&me, argv[i]);
         zps_argv_write(cmds, &me);
         zps_argv_free(&me);
+        for (size_t i = 0; i < L->env.n; i++)
+            fprintf(cmds, "# environment, passed on to every process: %s\n", L->env.v[i]);
         fclose(cmds);
     }
     L->stats_file = open_in_run(L, "stats.jsonl", "w");
@@ -1469,6 +1492,7 @@ out:
     free(L->keys);
     zps_launch_hosts_free(&L->hosts);
     zps_runstats_free(L->rs);
+    zps_argv_free(&L->env);
     free(L);
     zps_launch_opts_free(&o);
     return ex;

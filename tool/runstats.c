@@ -656,7 +656,19 @@ char *zps_runstats_summary(const zps_runstats_t *rs, const zps_run_info_t *in)
         zps_strbuf_printf(&b, "%s", i ? ", " : "");
         zps_strbuf_json_string(&b, in->server_args[i]);
     }
-    zps_strbuf_printf(&b, "],\n  \"stragglers\": [");
+    zps_strbuf_printf(&b, "],\n  \"environment\": {");
+    for (size_t i = 0; i < in->environment_count; i++) {
+        const char *kv = in->environment[i];
+        const char *eq = strchr(kv, '=');
+        size_t n = eq ? (size_t)(eq - kv) : strlen(kv);
+        char *name = strndup(kv, n);
+        zps_strbuf_printf(&b, "%s", i ? ", " : "");
+        zps_strbuf_json_string(&b, name ? name : "?");
+        zps_strbuf_printf(&b, ": ");
+        zps_strbuf_json_string(&b, eq ? eq + 1 : "");
+        free(name);
+    }
+    zps_strbuf_printf(&b, "},\n  \"stragglers\": [");
     for (uint32_t i = 0; i < rs->workers; i++) {
         zps_strbuf_printf(&b, "%s", i ? ", " : "");
         if (rs->w[i].straggler)

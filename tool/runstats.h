@@ -96,6 +96,8 @@ typedef struct zps_run_info {
     const char *failed;             /* the process that failed, or NULL */
     const char *const *server_args; /* flags every server got beyond the cluster's */
     size_t server_arg_count;
+    const char *const *environment; /* the launcher's ZPS_* variables, NAME=VALUE */
+    size_t environment_count;
 } zps_run_info_t;
 
 /* summary.json's text (one object, pretty enough to read); malloc'd (caller

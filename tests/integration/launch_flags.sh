@@ -6,7 +6,9 @@
 #     with its possibilities;
 #   - --help says launch evaluates every half epoch, not 250 clocks;
 #   - one server and one worker are said in the singular, and SIGTERM is
-#     named "SIGTERM received".
+#     named "SIGTERM received";
+#   - a ZPS_* variable of the environment is named on stderr and recorded in
+#     commands.txt and summary.json's "environment".
 # Stops only what it starts, by PID; the run folder is in lib.sh's $dir.
 #
 # usage: launch_flags.sh ZPS ZPS_SERVER
@@ -58,6 +60,20 @@ grep -q 'half epoch' "$dir/help" || fail "--help does not say half an epoch"
     { cat "$dir/one.err" >&2; fail "the one-worker run failed"; }
 grep -q 'asp, 1 server, 1 worker; run folder' "$dir/one.err" || fail "plan line not singular"
 grep -q ' 1 server x 1 worker, ' "$dir/one.out" || { cat "$dir/one.out" >&2; fail "final line not singular"; }
+
+# ZPS_* variables of the environment: named, passed on, recorded.
+ZPS_LAUNCH_FLAGS_PROBE='x y' "$zps" launch --servers 1 --workers 1 --mode asp --model linear:8 \
+    --data synthetic:n=400,test=100,dim=8 --clocks 10 --runs-dir "$runs" --name env \
+    --no-progress --time-limit 120 >"$dir/env.out" 2>"$dir/env.err" ||
+    { cat "$dir/env.err" >&2; fail "the run with ZPS_LAUNCH_FLAGS_PROBE failed"; }
+grep -q '^zps launch: the environment changes this run:.* ZPS_LAUNCH_FLAGS_PROBE=x y' \
+    "$dir/env.err" || { cat "$dir/env.err" >&2; fail "the variable is not named"; }
+grep -qx '# environment, passed on to every process: ZPS_LAUNCH_FLAGS_PROBE=x y' \
+    "$runs/env/commands.txt" || fail "commands.txt does not record the variable"
+/usr/bin/python3 -c 'import json, sys
+e = json.load(open(sys.argv[1]))["environment"]
+assert e["ZPS_LAUNCH_FLAGS_PROBE"] == "x y", e' "$runs/env/summary.json" ||
+    fail "summary.json does not record the variable"
 
 # SIGTERM while the cluster trains: "SIGTERM received", exit 143.
 "$zps" launch --servers 1 --workers 2 --mode asp --model linear:8 \
