@@ -612,11 +612,20 @@ static int spawn(launch_t *L, child_t *c)
                      zps_argv_pushf(&args, "%d", (int)getpid())
                  ? ZPS_ENOMEM
                  : 0;
-    if (rc == 0 && c->host)
-        rc =
-            zps_launch_hosts_command(&L->hosts, c->host, L->self,
-                                     c->server ? c->far_endpoint : c->far_metrics, &c->argv, &args);
-    else if (rc == 0)
+    if (rc == 0 && c->host) {
+        /* ssh carries no environment: the far command sets the ZPS_*
+         * variables a local child inherits, through env(1). */
+        zps_argv_t far = {0};
+        if (L->env.n)
+            rc = zps_argv_push(&far, "/usr/bin/env") || zps_argv_extend(&far, &L->env) ? ZPS_ENOMEM
+                                                                                       : 0;
+        rc = rc || zps_argv_extend(&far, &c->argv) ? ZPS_ENOMEM : 0;
+        if (rc == 0)
+            rc =
+                zps_launch_hosts_command(&L->hosts, c->host, L->self,
+                                         c->server ? c->far_endpoint : c->far_metrics, &far, &args);
+        zps_argv_free(&far);
+    } else if (rc == 0)
         rc = zps_argv_extend(&args, &c->argv) ? ZPS_ENOMEM : 0;
     if (rc == 0 && c->host) {
         /* ssh is looked up in PATH here; --exec-child wants a path. */
@@ -682,8 +691,86 @@ static int spawn(launch_t *L, child_t *c)
  * (commands.txt, when open). `bad` says that building the command line ran
  * out of memory. False when the run has been aborted.
  */
+/*
+ * The files a run writes belong in its folder: a relative output path a
+ * user hands on (--worker-arg=--save-params=final.bin) is taken relative to
+ * the run folder on the child's host, and a relative input path relative to
+ * the directory zps launch was started in, so that commands.txt runs from
+ * anywhere. Launch's own paths are absolute already.
+ */
+static const char *const output_flags[] = {"save-params", "checkpoint-dir"};
+static const char *const input_flags[] = {"data-dir", "resume-from", "key", "server-key",
+                                          "authorized-keys"};
+
+/* The value of flag `name` at a->v[i] ("--name=V" or "--name" "V"), as a
+ * pointer into a and the index of the item holding it, or NULL. */
+static char *flag_value_at(zps_argv_t *a, size_t i, const char *name, size_t *item)
+{
+    size_t len = strlen(name);
+    const char *w = a->v[i];
+    if (strncmp(w, "--", 2) != 0 || strncmp(w + 2, name, len) != 0)
+        return NULL;
+    if (w[2 + len] == '=') {
+        *item = i;
+        return a->v[i] + 2 + len + 1;
+    }
+    if (w[2 + len] == '\0' && i + 1 < a->n) {
+        *item = i + 1;
+        return a->v[i + 1];
+    }
+    return NULL;
+}
+
+/* Rewrites relative values of `flags` in a to base/value. 0 or ZPS_ENOMEM. */
+static int rebase_paths(zps_argv_t *a, const char *const *flags, size_t nflags, const char *base)
+{
+    for (size_t i = 0; i < a->n; i++)
+        for (size_t f = 0; f < nflags; f++) {
+            size_t item;
+            char *v = flag_value_at(a, i, flags[f], &item);
+            if (!v || !*v || *v == '/')
+                continue;
+            char *w = NULL;
+            if (item == i ? asprintf(&w, "--%s=%s/%s", flags[f], base, v) < 0
+                          : asprintf(&w, "%s/%s", base, v) < 0)
+                return ZPS_ENOMEM;
+            free(a->v[item]);
+            a->v[item] = w;
+            i = item;
+            break;
+        }
+    return 0;
+}
+
+/* Says once where each relative output path of the user's flags goes. */
+static void say_output_paths(launch_t *L)
+{
+    const zps_argv_t *lists[2] = {&L->o->worker_args, &L->o->server_args};
+    for (int k = 0; k < 2; k++) {
+        zps_argv_t *a = (zps_argv_t *)lists[k];
+        for (size_t i = 0; i < a->n; i++)
+            for (size_t f = 0; f < sizeof(output_flags) / sizeof(output_flags[0]); f++) {
+                size_t item;
+                const char *v = flag_value_at(a, i, output_flags[f], &item);
+                if (v && *v && *v != '/' && L->hosts.n)
+                    fprintf(stderr, "zps launch: --%s %s: in the run folder on its host\n",
+                            output_flags[f], v);
+                else if (v && *v && *v != '/')
+                    fprintf(stderr, "zps launch: --%s %s: written to %s/%s/%s\n", output_flags[f],
+                            v, L->o->runs_dir, L->name, v);
+            }
+    }
+}
+
 static bool start_child(launch_t *L, child_t *c, FILE *cmds, int bad)
 {
+    char cwd[PATH_MAX];
+    bad =
+        bad || rebase_paths(&c->argv, output_flags, sizeof(output_flags) / sizeof(output_flags[0]),
+                            c->host ? c->host->dir : L->dir);
+    if (!bad && !c->host && getcwd(cwd, sizeof(cwd)))
+        bad =
+            rebase_paths(&c->argv, input_flags, sizeof(input_flags) / sizeof(input_flags[0]), cwd);
     if (bad) {
         abort_run(L, "failed", NULL, "out of memory");
         return false;
@@ -1214,7 +1301,8 @@ static int finish(launch_t *L)
         printf("final test accuracy %.4f (loss %.4f) after %llu clocks: %s, %u server%s x %u "
                "worker%s, %.1f s training, %.0f examples/s; run folder %s\n",
                res.final_accuracy, res.final_loss, (unsigned long long)res.final_clock, o->mode,
-               o->servers, o->servers == 1 ? "" : "s", o->workers, o->workers == 1 ? "" : "s", res.train_seconds, res.examples_per_second, rel);
+               o->servers, o->servers == 1 ? "" : "s", o->workers, o->workers == 1 ? "" : "s",
+               res.train_seconds, res.examples_per_second, rel);
     else if (isfinite(res.final_loss))
         printf("final test loss %.6g after %llu clocks: %s, %u server%s x %u worker%s, %.1f s "
                "training; run folder %s\n",
@@ -1330,6 +1418,8 @@ int zps_cmd_launch(int argc, char **argv)
         }
     }
     if (ex == 0)
+        ex = zps_launch_opts_env(&o, environ);
+    if (ex == 0)
         ex = zps_launch_opts_check(&o);
     if (ex == 0)
         ex = zps_launch_plan(&o);
@@ -1375,6 +1465,7 @@ int zps_cmd_launch(int argc, char **argv)
     }
     if ((ex = make_run_dir(L)) != 0)
         goto out;
+    say_output_paths(L);
     ex = ZPS_LAUNCH_EXIT_FAILED;
     if (o.keys) {
         char why[512];
@@ -1412,8 +1503,7 @@ int zps_cmd_launch(int argc, char **argv)
         fprintf(stderr, "zps launch: the environment changes this run:");
         for (size_t i = 0; i < L->env.n; i++)
             fprintf(stderr, " %s", L->env.v[i]);
-        fprintf(stderr, L->hosts.n ? " (passed on to the processes on this host only: ssh does "
-                                     "not carry them to the others)\n"
+        fprintf(stderr, L->hosts.n ? " (passed on to every process, over ssh through env(1))\n"
                                    : " (passed on to every process)\n");
     }
 

@@ -4,11 +4,13 @@
  */
 #include "launch_opts.h"
 
+#include <ctype.h>
 #include <getopt.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "error.h"
 #include "opt_flags.h"
@@ -323,6 +325,8 @@ void zps_launch_opts_free(zps_launch_opts_t *o)
 {
     zps_argv_free(&o->server_args);
     zps_argv_free(&o->worker_args);
+    zps_argv_free(&o->env_server_args);
+    zps_argv_free(&o->env_worker_args);
     for (size_t i = 0; i < o->spec_count; i++)
         zps_argv_free(&o->specs[i].flags);
 }
@@ -574,6 +578,96 @@ static const struct option *find_optimizer_flag(const char *name)
     return NULL;
 }
 
+/* zps-server flags that launch sets for every server itself. */
+static const char *const server_sets[] = {"listen",         "endpoint-file", "shard",
+                                          "workers",        "mode",          "staleness",
+                                          "backup-workers", "lr-staleness"};
+
+static bool server_set_by_launch(const char *name, bool keys)
+{
+    for (size_t i = 0; i < COUNT(server_sets); i++)
+        if (strcmp(server_sets[i], name) == 0)
+            return true;
+    for (size_t i = 0; keys && i < COUNT(launch_sets_keys); i++)
+        if (strcmp(launch_sets_keys[i], name) == 0)
+            return true;
+    return false;
+}
+
+/* The flags launch sets that it takes itself, to set them for every process. */
+static bool own_flag(const char *name)
+{
+    static const char *const own[] = {"workers", "mode", "staleness", "backup-workers",
+                                      "lr-staleness"};
+    for (size_t i = 0; i < COUNT(own); i++)
+        if (strcmp(own[i], name) == 0)
+            return true;
+    return false;
+}
+
+/* Appends "--name" or "--name=value" to a, as envflags.h reads variable
+ * `var`: a no-value flag is given by 1/true/yes, left out by 0/false/no/"";
+ * an empty value of a flag that takes one is ignored. */
+static int env_flag(zps_argv_t *a, const char *var, const char *name, bool has_value, const char *v)
+{
+    if (has_value)
+        return *v ? zps_argv_pushf(a, "--%s=%s", name, v) : 0;
+    static const char *const yes[] = {"1", "true", "yes"}, *const no[] = {"0", "false", "no", ""};
+    for (size_t i = 0; i < COUNT(no); i++)
+        if (strcasecmp(v, no[i]) == 0)
+            return 0;
+    for (size_t i = 0; i < COUNT(yes); i++)
+        if (strcasecmp(v, yes[i]) == 0)
+            return zps_argv_pushf(a, "--%s", name);
+    return usage_error("%s='%s' in the environment: --%s takes no value; expected 1, true or "
+                       "yes (or 0, false, no)",
+                       var, v, name);
+}
+
+int zps_launch_opts_env(zps_launch_opts_t *o, char **envp)
+{
+    size_t used = 0;
+    o->env_names[0] = '\0';
+    for (char **e = envp; e && *e; e++) {
+        const char *eq = strchr(*e, '=');
+        if (strncmp(*e, "ZPS_", 4) != 0 || !eq || (size_t)(eq - *e) > 60)
+            continue;
+        char var[64], name[64];
+        snprintf(var, sizeof(var), "%.*s", (int)(eq - *e), *e);
+        size_t n = 0;
+        for (const char *p = var + 4; *p; p++)
+            name[n++] = *p == '_' ? '-' : (char)tolower((unsigned char)*p);
+        name[n] = '\0';
+        const char *v = eq + 1;
+        const zps_worker_flag_t *f = zps_worker_flag_find(name);
+        if (f && f->kind == ZPS_WORKER_VALUE_HELP)
+            f = NULL;
+        const zps_straggler_flag_t *stf = zps_straggler_flag_find(name);
+        const struct option *of = find_optimizer_flag(name);
+        bool server_own =
+            strcmp(name, "worker-timeout") == 0 || strcmp(name, "max-pending-pulls") == 0;
+        bool worker_conflict = (f || stf) && set_by_launch(name, o->keys);
+        if (worker_conflict || server_set_by_launch(name, o->keys))
+            return usage_error("%s in the environment sets --%s, which zps launch gives every "
+                               "%s itself: unset it%s",
+                               var, name, worker_conflict ? "worker" : "server",
+                               own_flag(name) ? " (or give zps launch the flag)" : "");
+        int rc = 0;
+        if (f || stf)
+            rc = env_flag(&o->env_worker_args, var, name, f ? zps_worker_flag_has_value(f) : true,
+                          v);
+        if (rc == 0 && (of || server_own))
+            rc = env_flag(&o->env_server_args, var, name,
+                          server_own || of->has_arg == required_argument, v);
+        if (rc)
+            return rc == ZPS_ENOMEM ? ZPS_LAUNCH_EXIT_FAILED : rc;
+        if ((f || stf || of || server_own) && used + strlen(*e) + 2 < sizeof(o->env_names))
+            used += (size_t)snprintf(o->env_names + used, sizeof(o->env_names) - used, "%s%s",
+                                     used ? " " : "", *e);
+    }
+    return 0;
+}
+
 bool zps_launch_is_optimizer_flag(const char *name)
 {
     return find_optimizer_flag(name) != NULL;
@@ -627,18 +721,19 @@ static bool worker_args_ok(const zps_argv_t *args, bool keys, zps_straggler_flag
 }
 
 /* The flags that reach zps-server: the optimizer's, and launch's own server flags. */
-static bool server_args_ok(const zps_launch_opts_t *o, char *why, size_t size)
+static bool server_args_ok(const zps_launch_opts_t *o, const zps_argv_t *args, char *why,
+                           size_t size)
 {
     zps_opt_flags_t optf;
     zps_opt_flags_init(&optf);
     char name[64];
     double d;
     long l;
-    for (size_t i = 0; i < o->server_args.n; i++) {
-        if (strncmp(o->server_args.v[i], "--", 2) != 0)
+    for (size_t i = 0; i < args->n; i++) {
+        if (strncmp(args->v[i], "--", 2) != 0)
             continue; /* a --server-arg value of a flag launch does not know */
         bool missing;
-        zps_argv_flag(&o->server_args, &(size_t){i}, name, sizeof(name), false, &missing);
+        zps_argv_flag(args, &(size_t){i}, name, sizeof(name), false, &missing);
         if (o->keys && set_by_launch(name, true)) {
             snprintf(why, size, "--%s is set by zps launch for every server with --keys", name);
             return false;
@@ -649,7 +744,7 @@ static bool server_args_ok(const zps_launch_opts_t *o, char *why, size_t size)
         if (!of && !timeout && !pending)
             continue; /* zps-server checks the flags launch does not hand on itself */
         bool has_value = !of || of->has_arg == required_argument;
-        const char *v = zps_argv_flag(&o->server_args, &i, name, sizeof(name), has_value, &missing);
+        const char *v = zps_argv_flag(args, &i, name, sizeof(name), has_value, &missing);
         if (missing) {
             snprintf(why, size, "--%s needs a value", name);
             return false;
@@ -687,15 +782,30 @@ static bool server_args_ok(const zps_launch_opts_t *o, char *why, size_t size)
 int zps_launch_opts_check(const zps_launch_opts_t *o)
 {
     char why[512];
-    if (!server_args_ok(o, why, sizeof(why))) {
-        fprintf(stderr, "zps launch: %s\n", why);
+    /* The servers read the variables before their command line. */
+    zps_argv_t sargs = {0};
+    if (zps_argv_extend(&sargs, &o->env_server_args) || zps_argv_extend(&sargs, &o->server_args)) {
+        zps_argv_free(&sargs);
+        return ZPS_LAUNCH_EXIT_FAILED;
+    }
+    bool sok = server_args_ok(o, &sargs, why, sizeof(why));
+    zps_argv_free(&sargs);
+    if (!sok) {
+        fprintf(stderr, "zps launch: %s%s%s\n", why,
+                o->env_server_args.n ? "; from the environment: " : "", o->env_names);
         return ZPS_LAUNCH_EXIT_USAGE;
     }
     for (uint32_t r = 0; r < o->workers; r++) {
         zps_straggler_flags_t sf;
         zps_straggler_flags_init(&sf);
         bool epochs = false, clocks = false;
-        bool ok = worker_args_ok(&o->worker_args, o->keys, &sf, &epochs, &clocks, why, sizeof(why));
+        bool ok =
+            worker_args_ok(&o->env_worker_args, o->keys, &sf, &epochs, &clocks, why, sizeof(why));
+        if (!ok) {
+            fprintf(stderr, "zps launch: %s; from the environment: %s\n", why, o->env_names);
+            return ZPS_LAUNCH_EXIT_USAGE;
+        }
+        ok = worker_args_ok(&o->worker_args, o->keys, &sf, &epochs, &clocks, why, sizeof(why));
         for (size_t s = 0; ok && s < o->spec_count; s++)
             if (zps_rank_set_has(&o->specs[s].ranks, r))
                 ok = worker_args_ok(&o->specs[s].flags, o->keys, &sf, &epochs, &clocks, why,

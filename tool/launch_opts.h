@@ -60,6 +60,12 @@ typedef struct zps_launch_opts {
     uint32_t port;                 /* --port: a host's first server port (default 7100) */
     zps_launch_straggler_t specs[ZPS_LAUNCH_MAX_STRAGGLERS];
     size_t spec_count;
+    /* The ZPS_* variables that name a flag of the workers or the servers, as
+     * those flags (zps_launch_opts_env): the children read the variables
+     * themselves, before their command line; launch checks and plans with
+     * these copies. env_names: "ZPS_DELAY=3 ..." for their messages. */
+    zps_argv_t env_worker_args, env_server_args;
+    char env_names[512];
 } zps_launch_opts_t;
 
 /*
@@ -78,6 +84,17 @@ int zps_launch_opts_parse(int argc, char **argv, zps_launch_opts_t *o);
  * hosts file has set the counts. 0 or ZPS_LAUNCH_EXIT_USAGE after one line.
  */
 int zps_launch_opts_check_counts(const zps_launch_opts_t *o);
+
+/*
+ * Reads the ZPS_* variables of envp that name a flag of zps-worker or
+ * zps-server (envflags.h: ZPS_WEIGHT_DECAY is --weight-decay) into
+ * o->env_worker_args and o->env_server_args, so that the checks and the plan
+ * see what the children will. A variable naming a flag that launch gives
+ * every process itself (ZPS_MODE, ZPS_RANK, ...) would be overridden
+ * without a word: it is refused. Returns 0, ZPS_LAUNCH_EXIT_USAGE after one
+ * line on stderr, or ZPS_LAUNCH_EXIT_FAILED (out of memory).
+ */
+int zps_launch_opts_env(zps_launch_opts_t *o, char **envp);
 
 /* Frees what zps_launch_opts_parse (and zps_launch_plan) allocated in o. */
 void zps_launch_opts_free(zps_launch_opts_t *o);

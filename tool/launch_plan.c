@@ -37,14 +37,23 @@ static bool any_optimizer_flag(const zps_argv_t *args)
     return false;
 }
 
+/* The last value of --flag in args, else in env (the variables come before
+ * the command line, which wins). */
+static const char *value(const zps_argv_t *args, const zps_argv_t *env, const char *flag)
+{
+    const char *v = zps_argv_last_value(args, flag);
+    return v ? v : zps_argv_last_value(env, flag);
+}
+
 /* Needs the number of training examples (read from the data's header, not
  * loaded) to turn epochs into clocks. */
 int zps_launch_plan(zps_launch_opts_t *o)
 {
     zps_argv_t *wa = &o->worker_args, *sa = &o->server_args;
-    const char *bv = zps_argv_last_value(wa, "batch"), *ev = zps_argv_last_value(wa, "epochs");
-    const char *kv = zps_argv_last_value(wa, "clocks"), *data = zps_argv_last_value(wa, "data");
-    const char *dir = zps_argv_last_value(wa, "data-dir");
+    const zps_argv_t *we = &o->env_worker_args;
+    const char *bv = value(wa, we, "batch"), *ev = value(wa, we, "epochs");
+    const char *kv = value(wa, we, "clocks"), *data = value(wa, we, "data");
+    const char *dir = value(wa, we, "data-dir");
     uint64_t batch = RECIPE_BATCH, epochs = RECIPE_EPOCHS, clocks = 0, n = 0;
     int bad = 0;
     if (bv)
@@ -72,14 +81,15 @@ int zps_launch_plan(zps_launch_opts_t *o)
     uint64_t steps = (n / o->workers + batch - 1) / batch;
     if (!kv)
         clocks = epochs * steps;
-    if (!o->have_eval_every) {
+    if (!o->have_eval_every && !zps_argv_last_value(we, "eval-every")) {
         uint64_t every = steps / 2 ? steps / 2 : 1;
         bad |= zps_argv_push(wa, "--eval-every") ||
                zps_argv_pushf(wa, "%llu", (unsigned long long)every);
         o->have_eval_every = true;
     }
     char recipe[256] = "";
-    if (!any_optimizer_flag(sa)) {
+    bool env_optimizer = any_optimizer_flag(&o->env_server_args);
+    if (!any_optimizer_flag(sa) && !env_optimizer) {
         bool on_arrival = strcmp(o->mode, "bsp") != 0;
         uint64_t per_step = on_arrival ? batch : (uint64_t)(o->workers - o->backup) * batch;
         uint64_t steps_total = on_arrival ? clocks * o->workers : clocks;
@@ -99,13 +109,24 @@ int zps_launch_plan(zps_launch_opts_t *o)
         fprintf(stderr, "zps launch: out of memory\n");
         return ZPS_LAUNCH_EXIT_FAILED;
     }
-    const char *every = zps_argv_last_value(wa, "eval-every");
+    const char *every = value(wa, we, "eval-every");
+    char why_recipe[400] = "";
+    if (recipe[0]) {
+        snprintf(why_recipe, sizeof(why_recipe),
+                 " (the default recipe: any optimizer flag replaces it)");
+    } else if (env_optimizer && !any_optimizer_flag(sa)) {
+        size_t len = (size_t)snprintf(why_recipe, sizeof(why_recipe),
+                                      "; no default recipe: the environment gives the servers");
+        for (size_t i = 0; i < o->env_server_args.n && len < sizeof(why_recipe); i++)
+            len += (size_t)snprintf(why_recipe + len, sizeof(why_recipe) - len, " %s",
+                                    o->env_server_args.v[i]);
+    }
     fprintf(stderr,
             "zps launch: batch %llu per worker, %llu clocks (%.2f epochs of %llu steps)%s; "
             "evaluation every %s clocks%s\n",
             (unsigned long long)batch, (unsigned long long)clocks,
             steps ? (double)clocks / (double)steps : 0.0, (unsigned long long)steps, recipe,
-            every ? every : "?",
-            recipe[0] ? " (the default recipe: any optimizer flag replaces it)" : "");
+            every ? every : "?", why_recipe);
+
     return 0;
 }

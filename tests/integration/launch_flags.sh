@@ -8,7 +8,10 @@
 #   - one server and one worker are said in the singular, and SIGTERM is
 #     named "SIGTERM received";
 #   - a ZPS_* variable of the environment is named on stderr and recorded in
-#     commands.txt and summary.json's "environment".
+#     commands.txt and summary.json's "environment"; one that names a worker
+#     or server flag is planned with (batch, the default recipe) and checked,
+#     one naming a flag launch sets itself is refused;
+#   - a relative --save-params goes into the run folder, and launch says so.
 # Stops only what it starts, by PID; the run folder is in lib.sh's $dir.
 #
 # usage: launch_flags.sh ZPS ZPS_SERVER
@@ -61,11 +64,37 @@ grep -q 'half epoch' "$dir/help" || fail "--help does not say half an epoch"
 grep -q 'asp, 1 server, 1 worker; run folder' "$dir/one.err" || fail "plan line not singular"
 grep -q ' 1 server x 1 worker, ' "$dir/one.out" || { cat "$dir/one.out" >&2; fail "final line not singular"; }
 
-# ZPS_* variables of the environment: named, passed on, recorded.
-ZPS_LAUNCH_FLAGS_PROBE='x y' "$zps" launch --servers 1 --workers 1 --mode asp --model linear:8 \
+# A ZPS_* variable naming a flag launch sets itself would be overridden
+# without a word: refused, and so is a bad value of a worker flag.
+expect_usage "ZPS_MODE" "ZPS_MODE in the environment sets --mode, which zps launch gives" \
+    env ZPS_MODE=asp "$zps" launch --runs-dir "$runs"
+expect_usage "ZPS_RANK" "ZPS_RANK in the environment sets --rank" \
+    env ZPS_RANK=1 "$zps" launch --runs-dir "$runs"
+expect_usage "ZPS_DELAY=abc" "from the environment: ZPS_DELAY=abc" \
+    env ZPS_DELAY=abc "$zps" launch --runs-dir "$runs"
+[ "$(ls "$runs")" = one ] || fail "a refused launch made a run folder: $(ls "$runs")"
+
+# ZPS_* variables of the environment: named, passed on, recorded, and
+# planned with: ZPS_BATCH is the batch of the plan, an optimizer flag
+# replaces the default recipe as a --server-arg would. A relative output
+# path goes into the run folder, not into the directory launch runs in.
+mkdir -p "$dir/cwd"
+(cd "$dir/cwd" && ZPS_LAUNCH_FLAGS_PROBE='x y' ZPS_BATCH=8 ZPS_WEIGHT_DECAY=0.5 \
+    "$zps" launch --servers 1 --workers 1 --mode asp --model linear:8 \
     --data synthetic:n=400,test=100,dim=8 --clocks 10 --runs-dir "$runs" --name env \
-    --no-progress --time-limit 120 >"$dir/env.out" 2>"$dir/env.err" ||
+    --worker-arg=--save-params=final.bin \
+    --no-progress --time-limit 120 >"$dir/env.out" 2>"$dir/env.err") ||
     { cat "$dir/env.err" >&2; fail "the run with ZPS_LAUNCH_FLAGS_PROBE failed"; }
+grep -q '^zps launch: batch 8 per worker, 10 clocks .*; no default recipe: the environment gives the servers --weight-decay=0.5$' \
+    "$dir/env.err" || { cat "$dir/env.err" >&2; fail "the plan line ignores the environment"; }
+grep -q 'optimizer sgd, lr 0.01' "$runs/env/server-0.log" ||
+    { cat "$runs/env/server-0.log" >&2; fail "the recipe was applied over ZPS_WEIGHT_DECAY"; }
+grep -q '^\[zps launch\] .*batch 8\|batch 8, ' "$runs/env/worker-0.log" ||
+    { cat "$runs/env/worker-0.log" >&2; fail "the worker does not train with ZPS_BATCH"; }
+grep -qF "zps launch: --save-params final.bin: written to $runs/env/final.bin" "$dir/env.err" ||
+    { cat "$dir/env.err" >&2; fail "launch does not say where --save-params goes"; }
+[ -s "$runs/env/final.bin" ] || fail "--save-params final.bin is not in the run folder"
+[ ! -e "$dir/cwd/final.bin" ] || fail "--save-params final.bin was written into the current directory"
 grep -q '^zps launch: the environment changes this run:.* ZPS_LAUNCH_FLAGS_PROBE=x y' \
     "$dir/env.err" || { cat "$dir/env.err" >&2; fail "the variable is not named"; }
 grep -qx '# environment, passed on to every process: ZPS_LAUNCH_FLAGS_PROBE=x y' \

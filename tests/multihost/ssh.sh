@@ -97,7 +97,8 @@ launch=("$zps" launch --hosts "$d/hosts" --ssh "ssh -F $d/ssh/config" --runs-dir
 
 # --- run 1: trains to the end ---
 set +e
-on_host 0 "${launch[@]}" --epochs 5 --name ok >"$d/ok.out" 2>"$d/ok.err"
+# A ZPS_* variable reaches the far processes too (ssh carries no environment).
+on_host 0 env ZPS_WORKER_TIMEOUT=30 "${launch[@]}" --epochs 5 --name ok >"$d/ok.out" 2>"$d/ok.err"
 rc=$?
 set -e
 [ "$rc" -eq 0 ] || mh_fail "zps launch --hosts exited $rc: $(tail -15 "$d/ok.err")"
@@ -115,6 +116,8 @@ for f in server-0.log server-1.log worker-0.log worker-1.log worker-2.log worker
     evaluator.log worker-0.jsonl worker-3.jsonl evaluator.jsonl summary.json; do
     [ -s "$run/$f" ] || mh_fail "the run folder has no $f"
 done
+grep -q "flags from the environment: ZPS_WORKER_TIMEOUT" "$run/server-1.log" ||
+    mh_fail "ZPS_WORKER_TIMEOUT did not reach server 1 over ssh: $(head -3 "$run/server-1.log")"
 grep -q "authentication on" "$run/server-1.log" ||
     mh_fail "server 1 did not log that authentication is on: $(head -3 "$run/server-1.log")"
 grep -q '"status": *"ok"' "$run/summary.json" || mh_fail "summary: $(head -c 300 "$run/summary.json")"
