@@ -2,7 +2,7 @@
 # zps launch stopped early keeps what it learned (issue 29, docs/launch.md):
 #   - after SIGINT, summary.json says status interrupted and carries the last
 #     evaluation (last_test_accuracy, last_eval_clock) beside a null
-#     final_test_accuracy, as eval.tsv has it;
+#     final_test_accuracy, as eval.tsv has it; SIGHUP stops the run the same way;
 #   - `zps launch | head -1` (stdout's reader gone) still ends with
 #     summary.json written and no process of the run left alive;
 #   - --time-limit N begins the stop within a second of N.
@@ -53,6 +53,25 @@ assert 0 <= s["last_test_accuracy"] <= 1
 assert isinstance(s["last_eval_clock"], int) and s["last_eval_clock"] >= 5, s["last_eval_clock"]
 PY
 none_alive "$runs/int"
+
+# SIGHUP (the terminal closed): the same orderly stop, exit 128+1.
+"$zps" launch --servers 1 --workers 2 --mode asp --model mlp:8-4 \
+    --data synthetic:n=4000,test=100,dim=8,classes=4 --clocks 100000 --base-step-ms 10 \
+    --runs-dir "$runs" --name hup --no-progress --time-limit 120 \
+    >"$dir/hup.out" 2>"$dir/hup.err" &
+lpid=$!
+for _ in $(seq 1200); do
+    [ -s "$runs/hup/worker-1.jsonl" ] && break
+    sleep 0.1
+done
+kill -HUP $lpid
+rc=0
+wait $lpid || rc=$?
+[ "$rc" = 129 ] || { cat "$dir/hup.err" >&2; fail "SIGHUP: exit $rc, expected 129"; }
+grep -q 'SIGHUP received' "$dir/hup.err" || { cat "$dir/hup.err" >&2; fail "no 'SIGHUP received'"; }
+$py -c 'import json,sys; s = json.load(open(sys.argv[1])); assert s["status"] == "interrupted", s' \
+    "$runs/hup/summary.json" || fail "summary after SIGHUP"
+none_alive "$runs/hup"
 
 # stdout's reader gone: head exits after the first line, launch goes on.
 set +o pipefail
