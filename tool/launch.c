@@ -1495,7 +1495,21 @@ int zps_cmd_launch(int argc, char **argv)
 
     /* Every ZPS_* variable changes what some process does (the servers',
      * the workers', the test harness's switches): each is named here, passed
-     * on by inheritance, and recorded in commands.txt and summary.json. */
+     * on by inheritance, and recorded in commands.txt and summary.json. The
+     * key variables that --keys replaces are named, recorded in commands.txt
+     * and taken out of the environment the children inherit. */
+    for (size_t i = 0; i < o.env_set_aside.n; i++) {
+        char var[64];
+        snprintf(var, sizeof(var), "%.*s", (int)strcspn(o.env_set_aside.v[i], "="),
+                 o.env_set_aside.v[i]);
+        unsetenv(var);
+    }
+    if (o.env_set_aside.n) {
+        fprintf(stderr, "zps launch: the run's own keys replace");
+        for (size_t i = 0; i < o.env_set_aside.n; i++)
+            fprintf(stderr, " %s", o.env_set_aside.v[i]);
+        fprintf(stderr, " (--keys): not passed on\n");
+    }
     for (char **e = environ; *e; e++)
         if (strncmp(*e, "ZPS_", 4) == 0)
             zps_argv_push(&L->env, *e);
@@ -1519,6 +1533,9 @@ int zps_cmd_launch(int argc, char **argv)
         zps_argv_free(&me);
         for (size_t i = 0; i < L->env.n; i++)
             fprintf(cmds, "# environment, passed on to every process: %s\n", L->env.v[i]);
+        for (size_t i = 0; i < o.env_set_aside.n; i++)
+            fprintf(cmds, "# environment, not passed on (--keys: the run's own keys): %s\n",
+                    o.env_set_aside.v[i]);
         fclose(cmds);
     }
     L->stats_file = open_in_run(L, "stats.jsonl", "w");

@@ -327,6 +327,7 @@ void zps_launch_opts_free(zps_launch_opts_t *o)
     zps_argv_free(&o->worker_args);
     zps_argv_free(&o->env_server_args);
     zps_argv_free(&o->env_worker_args);
+    zps_argv_free(&o->env_set_aside);
     for (size_t i = 0; i < o->spec_count; i++)
         zps_argv_free(&o->specs[i].flags);
 }
@@ -559,6 +560,14 @@ static const char *const launch_sets[] = {"servers", "rank",      "workers",   "
 /* ...and with --keys, the key flags of every process. */
 static const char *const launch_sets_keys[] = {"key", "server-key", "authorized-keys", "insecure"};
 
+static bool is_key_flag(const char *name)
+{
+    for (size_t i = 0; i < COUNT(launch_sets_keys); i++)
+        if (strcmp(launch_sets_keys[i], name) == 0)
+            return true;
+    return false;
+}
+
 static bool set_by_launch(const char *name, bool keys)
 {
     for (size_t i = 0; i < COUNT(launch_sets); i++)
@@ -646,6 +655,11 @@ int zps_launch_opts_env(zps_launch_opts_t *o, char **envp)
         const struct option *of = find_optimizer_flag(name);
         bool server_own =
             strcmp(name, "worker-timeout") == 0 || strcmp(name, "max-pending-pulls") == 0;
+        if (o->keys && is_key_flag(name)) {
+            if (zps_argv_push(&o->env_set_aside, *e))
+                return ZPS_LAUNCH_EXIT_FAILED;
+            continue;
+        }
         bool worker_conflict = (f || stf) && set_by_launch(name, o->keys);
         if (worker_conflict || server_set_by_launch(name, o->keys))
             return usage_error("%s in the environment sets --%s, which zps launch gives every "

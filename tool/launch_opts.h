@@ -63,8 +63,10 @@ typedef struct zps_launch_opts {
     /* The ZPS_* variables that name a flag of the workers or the servers, as
      * those flags (zps_launch_opts_env): the children read the variables
      * themselves, before their command line; launch checks and plans with
-     * these copies. env_names: "ZPS_DELAY=3 ..." for their messages. */
-    zps_argv_t env_worker_args, env_server_args;
+     * these copies. env_names: "ZPS_DELAY=3 ..." for their messages.
+     * env_set_aside: with --keys, the key variables (ZPS_KEY, ...) that the
+     * run's own keys replace, NAME=VALUE; not handed to any process. */
+    zps_argv_t env_worker_args, env_server_args, env_set_aside;
     char env_names[512];
 } zps_launch_opts_t;
 
@@ -91,7 +93,10 @@ int zps_launch_opts_check_counts(const zps_launch_opts_t *o);
  * o->env_worker_args and o->env_server_args, so that the checks and the plan
  * see what the children will. A variable naming a flag that launch gives
  * every process itself (ZPS_MODE, ZPS_RANK, ...) would be overridden
- * without a word: it is refused. Returns 0, ZPS_LAUNCH_EXIT_USAGE after one
+ * without a word: it is refused. With --keys, the key variables (ZPS_KEY,
+ * ZPS_SERVER_KEY, ZPS_AUTHORIZED_KEYS, ZPS_INSECURE) are a shell's setting
+ * for the zps commands and the run's keys replace them: they go to
+ * o->env_set_aside instead, for launch to name and hold back. Returns 0, ZPS_LAUNCH_EXIT_USAGE after one
  * line on stderr, or ZPS_LAUNCH_EXIT_FAILED (out of memory).
  */
 int zps_launch_opts_env(zps_launch_opts_t *o, char **envp);

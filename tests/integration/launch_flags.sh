@@ -12,6 +12,8 @@
 #     or server flag is planned with (batch, the default recipe) and checked,
 #     one naming a flag launch sets itself is refused;
 #   - a relative --save-params goes into the run folder, and launch says so.
+#   - with --keys, the key variables (ZPS_KEY, ...) are named, recorded as
+#     held back and not passed on: the run's own keys replace them.
 # Stops only what it starts, by PID; the run folder is in lib.sh's $dir.
 #
 # usage: launch_flags.sh ZPS ZPS_SERVER
@@ -103,6 +105,21 @@ grep -qx '# environment, passed on to every process: ZPS_LAUNCH_FLAGS_PROBE=x y'
 e = json.load(open(sys.argv[1]))["environment"]
 assert e["ZPS_LAUNCH_FLAGS_PROBE"] == "x y", e' "$runs/env/summary.json" ||
     fail "summary.json does not record the variable"
+
+# With --keys the run makes its own keys: the key variables a shell keeps
+# for the zps commands (ZPS_KEY, ZPS_SERVER_KEY, ...) are replaced, named
+# and held back from the children, not refused.
+ZPS_KEY=/nonexistent/worker.key ZPS_SERVER_KEY=/nonexistent/server.pub \
+    "$zps" launch --keys --servers 1 --workers 1 --mode asp --model linear:8 \
+    --data synthetic:n=400,test=100,dim=8 --clocks 10 --runs-dir "$runs" --name keys \
+    --no-progress --time-limit 120 >"$dir/keys.out" 2>"$dir/keys.err" ||
+    { cat "$dir/keys.err" >&2; fail "--keys with ZPS_KEY in the environment failed"; }
+grep -q "^zps launch: the run's own keys replace .*ZPS_KEY=/nonexistent/worker.key" \
+    "$dir/keys.err" || { cat "$dir/keys.err" >&2; fail "--keys does not name ZPS_KEY"; }
+grep -qx "# environment, not passed on (--keys: the run's own keys): ZPS_SERVER_KEY=/nonexistent/server.pub" \
+    "$runs/keys/commands.txt" || fail "commands.txt does not record ZPS_SERVER_KEY as held back"
+grep -q '^# environment, passed on to every process: ZPS_\(SERVER_\)\?KEY=' \
+    "$runs/keys/commands.txt" && fail "a key variable was passed on under --keys"
 
 # SIGTERM while the cluster trains: "SIGTERM received", exit 143.
 "$zps" launch --servers 1 --workers 2 --mode asp --model linear:8 \
