@@ -270,6 +270,21 @@ static size_t zps_opt_state_bytes(size_t n)
     return bytes > 0 ? bytes : ZPS_OPT_ALIGN;
 }
 
+size_t zps_opt_kind_state_count(zps_opt_kind_t kind)
+{
+    switch (kind) {
+    case ZPS_OPT_SGD:
+        return 0;
+    case ZPS_OPT_MOMENTUM:
+    case ZPS_OPT_ADAGRAD:
+        return 1;
+    case ZPS_OPT_ADAM:
+    case ZPS_OPT_ADAMW:
+        return 2;
+    }
+    return 0;
+}
+
 int zps_optimizer_new(const zps_opt_config_t *cfg, size_t n, zps_optimizer_t **out)
 {
     if (out == NULL || zps_opt_config_check(cfg, NULL, 0) != 0)
@@ -283,22 +298,19 @@ int zps_optimizer_new(const zps_opt_config_t *cfg, size_t n, zps_optimizer_t **o
         return ZPS_ENOMEM;
     opt->cfg = *cfg;
     opt->n = n;
+    opt->nstate = zps_opt_kind_state_count(cfg->kind);
     switch (cfg->kind) {
     case ZPS_OPT_SGD:
-        opt->nstate = 0;
         break;
     case ZPS_OPT_MOMENTUM:
-        opt->nstate = 1;
         opt->names[0] = "velocity";
         break;
     case ZPS_OPT_ADAM:
     case ZPS_OPT_ADAMW:
-        opt->nstate = 2;
         opt->names[0] = "m";
         opt->names[1] = "v";
         break;
     case ZPS_OPT_ADAGRAD:
-        opt->nstate = 1;
         opt->names[0] = "sum_sq";
         break;
     }

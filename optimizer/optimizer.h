@@ -84,6 +84,14 @@ int zps_opt_config_check(const zps_opt_config_t *cfg, char *why, size_t why_size
  * kind out of range.
  */
 int zps_opt_parse(const char *name, zps_opt_config_t *cfg);
+
+/*
+ * The vectors of n elements an optimizer of this kind keeps besides the
+ * parameters: 0 for SGD, 1 for momentum (velocity) and Adagrad (sum of
+ * squares), 2 for Adam and AdamW (m, v); 0 for a kind out of range. What a
+ * plan counts before any server allocates them (zps launch's memory check).
+ */
+size_t zps_opt_kind_state_count(zps_opt_kind_t kind);
 const char *zps_opt_name(const zps_opt_config_t *cfg);
 /* "constant", "step", "cosine"; same conventions. */
 int zps_sched_parse(const char *name, zps_sched_kind_t *out);

@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "data.h"
 #include "launch_argv.h"
 #include "straggler.h"
 
@@ -48,6 +49,7 @@ typedef struct zps_launch_opts {
     size_t target_count;
     double time_limit_s; /* 0: none */
     bool quiet;
+    bool no_memory_check; /* --no-memory-check */
     bool progress;
     double progress_every_s;
     const char *server_bin, *worker_bin;
@@ -68,6 +70,9 @@ typedef struct zps_launch_opts {
      * run's own keys replace, NAME=VALUE; not handed to any process. */
     zps_argv_t env_worker_args, env_server_args, env_set_aside;
     char env_names[512];
+    /* Written by zps_launch_plan: the data's shape and the batch per worker. */
+    zps_data_shape_t data_shape;
+    uint64_t batch;
 } zps_launch_opts_t;
 
 /*
@@ -96,8 +101,8 @@ int zps_launch_opts_check_counts(const zps_launch_opts_t *o);
  * without a word: it is refused. With --keys, the key variables (ZPS_KEY,
  * ZPS_SERVER_KEY, ZPS_AUTHORIZED_KEYS, ZPS_INSECURE) are a shell's setting
  * for the zps commands and the run's keys replace them: they go to
- * o->env_set_aside instead, for launch to name and hold back. Returns 0, ZPS_LAUNCH_EXIT_USAGE after one
- * line on stderr, or ZPS_LAUNCH_EXIT_FAILED (out of memory).
+ * o->env_set_aside instead, for launch to name and hold back. Returns 0, ZPS_LAUNCH_EXIT_USAGE
+ * after one line on stderr, or ZPS_LAUNCH_EXIT_FAILED (out of memory).
  */
 int zps_launch_opts_env(zps_launch_opts_t *o, char **envp);
 

@@ -67,11 +67,13 @@ int zps_launch_plan(zps_launch_opts_t *o)
     else if (!ev)
         bad |= zps_argv_push(wa, "--epochs") || zps_argv_pushf(wa, "%d", RECIPE_EPOCHS);
     char err[512];
-    if (zps_dataset_train_size(data ? data : "fashion-mnist", dir ? dir : ZPS_FASHION_MNIST_DIR, &n,
-                               err, sizeof(err)) != 0) {
+    if (zps_dataset_shape(data ? data : "fashion-mnist", dir ? dir : ZPS_FASHION_MNIST_DIR,
+                          &o->data_shape, err, sizeof(err)) != 0) {
         fprintf(stderr, "zps launch: %s\n", err);
         return ZPS_LAUNCH_EXIT_USAGE;
     }
+    n = o->data_shape.n_train;
+    o->batch = batch;
     if (n < o->workers) {
         fprintf(stderr, "zps launch: %llu training examples cannot be split among %u workers\n",
                 (unsigned long long)n, o->workers);

@@ -656,33 +656,37 @@ int zps_dataset_open_parts(const char *spec, const char *dir, uint64_t seed, uns
     return 0;
 }
 
-int zps_dataset_train_size(const char *spec, const char *dir, uint64_t *n_train, char *err,
-                           size_t err_size)
+int zps_dataset_shape(const char *spec, const char *dir, zps_data_shape_t *out, char *err,
+                      size_t err_size)
 {
+    memset(out, 0, sizeof(*out));
     if (strncmp(spec, "synthetic", 9) == 0 && (spec[9] == '\0' || spec[9] == ':')) {
         zps_synth_opts_t o;
         zps_synth_opts_default(&o, 0);
         int rc = spec[9] == ':' ? parse_synth_opts(spec + 10, &o, err, err_size) : 0;
-        if (rc == 0)
-            *n_train = o.n;
-        return rc;
+        if (rc)
+            return rc;
+        *out = (zps_data_shape_t){.n_train = o.n,
+                                  .n_test = o.n_test,
+                                  .dim = o.dim,
+                                  .classes = o.classes,
+                                  .synthetic = true};
+        return 0;
     }
     if (strcmp(spec, "fashion-mnist") != 0) {
         zps_set_reason(err, err_size,
                        "unknown data set '%s' (fashion-mnist or synthetic[:options])", spec);
         return ZPS_EINVAL;
     }
-    char images[PATH_MAX], labels[PATH_MAX];
-    zps_idx_t lab;
-    int rc = fashion_paths(dir, "train", images, labels, err, err_size);
-    if (rc || (rc = zps_idx_read_header(labels, &lab, err, err_size)) != 0)
+    /* Neither part loaded: both read for their shapes, with their checks. */
+    zps_dataset_t tr, te;
+    int rc = zps_dataset_open_parts(spec, dir, 0, 0, &tr, &te, err, err_size);
+    if (rc)
         return rc;
-    if (lab.ndims != 1) {
-        zps_set_reason(err, err_size, "%s: labels must have 1 dimension [N], found %u", labels,
-                       lab.ndims);
-        return ZPS_EDATA;
-    }
-    *n_train = lab.dims[0];
+    *out =
+        (zps_data_shape_t){.n_train = tr.n, .n_test = te.n, .dim = tr.dim, .classes = tr.classes};
+    zps_dataset_fini(&tr);
+    zps_dataset_fini(&te);
     return 0;
 }
 

@@ -134,17 +134,23 @@ int zps_dataset_synthetic_linear(const zps_synth_opts_t *o, bool test, zps_datas
  */
 int zps_dataset_synthetic_classes(const zps_synth_opts_t *o, bool test, zps_dataset_t *out);
 
+/* A data set's shape, read without its examples (zps_dataset_shape). */
+typedef struct zps_data_shape {
+    uint64_t n_train, n_test;
+    uint32_t dim;
+    uint32_t classes; /* 0: regression */
+    bool synthetic;   /* generated whole in float32 by every process that opens it */
+} zps_data_shape_t;
+
 /*
- * What a --data flag names, without loading it: checks the spec (the
- * synthetic options are parsed as zps_dataset_open parses them) and writes
- * the number of training examples to *n_train: n= for a synthetic set, the
- * count in the header of Fashion-MNIST's training label file
- * (zps_idx_read_header) for "fashion-mnist". Returns 0, ZPS_EINVAL (a bad
- * spec) or the errors of zps_idx_read with a one-line reason in err. For
+ * The shape of the data a --data flag names, without loading or generating
+ * it: the options of a synthetic set, the headers of Fashion-MNIST's files
+ * (with the checks zps_dataset_open makes of them). Returns 0, ZPS_EINVAL (a
+ * bad spec) or the errors of zps_idx_read with a one-line reason in err. For
  * tools that plan a run (zps launch) before any worker loads the data.
  */
-int zps_dataset_train_size(const char *spec, const char *dir, uint64_t *n_train, char *err,
-                           size_t err_size);
+int zps_dataset_shape(const char *spec, const char *dir, zps_data_shape_t *out, char *err,
+                      size_t err_size);
 
 /*
  * Opens the data a --data flag names: "fashion-mnist" (from `dir`) or
