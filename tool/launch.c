@@ -64,6 +64,7 @@
 #include "launch_argv.h"
 #include "launch_hosts.h"
 #include "launch_keys.h"
+#include "launch_mem.h"
 #include "launch_opts.h"
 #include "launch_plan.h"
 #include "launch_remote.h"
@@ -146,7 +147,8 @@ typedef struct launch {
     uv_work_t work;
     bool closing;
 
-    zps_argv_t env; /* the ZPS_* variables of our environment, NAME=VALUE */
+    zps_argv_t env;              /* the ZPS_* variables of our environment, NAME=VALUE */
+    zps_oom_counts_t oom_before; /* the out-of-memory kills counted before any child */
 
     child_t *servers;
     child_t *workers;   /* [W + 1]: the W workers, then the evaluator */
@@ -988,6 +990,10 @@ static void describe_exit(const child_t *c, char *buf, size_t size)
                  c->host->name);
     else if (c->host && !c->term_signal)
         snprintf(buf, size, "exited with status %d on %s", st, c->host->name);
+    else if (c->term_signal == SIGKILL && !c->killed && zps_oom_rose(&c->L->oom_before))
+        snprintf(buf, size,
+                 "was killed by the kernel's out-of-memory killer (signal 9; the out-of-memory "
+                 "kill count rose during the run)");
     else if (c->term_signal)
         snprintf(buf, size, "was killed by signal %d (%s)", c->term_signal,
                  strsignal(c->term_signal));
@@ -1423,6 +1429,9 @@ int zps_cmd_launch(int argc, char **argv)
         ex = zps_launch_opts_check(&o);
     if (ex == 0)
         ex = zps_launch_plan(&o);
+    /* Over ssh every host has its own memory; this host holds none of it. */
+    if (ex == 0 && !o.hosts && !o.no_memory_check)
+        ex = zps_launch_mem_check(&o);
     if (ex) {
         zps_launch_hosts_free(&hosts);
         zps_launch_opts_free(&o);
@@ -1436,6 +1445,7 @@ int zps_cmd_launch(int argc, char **argv)
         return ZPS_LAUNCH_EXIT_FAILED;
     }
     L->o = &o;
+    zps_oom_counts_read(&L->oom_before);
     L->hosts = hosts;
     ex = ZPS_LAUNCH_EXIT_FAILED;
     ssize_t sl = readlink("/proc/self/exe", L->self, sizeof(L->self) - 1);

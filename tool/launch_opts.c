@@ -135,6 +135,9 @@ static void usage(FILE *f)
                "                          (default 0.85,0.88)\n"
                "  --time-limit SEC        stop and fail after SEC seconds (default: none)\n"
                "  --quiet                 do not echo the processes' output (it is in their logs)\n"
+               "  --no-memory-check       start even when the estimate of the processes' memory\n"
+               "                          exceeds what this host has available (local runs\n"
+               "                          only; docs/launch.md gives the estimate)\n"
                "  --no-progress           no progress line\n"
                "  --progress-every S      seconds between progress lines when stderr is not a\n"
                "                          terminal (default 10)\n"
@@ -317,6 +320,7 @@ enum {
     O_PROGRESS_EVERY,
     O_SERVER_BIN,
     O_WORKER_BIN,
+    O_NO_MEMORY_CHECK,
     O_HELP,
     O_PASS = 1000, /* + index into pass_table's table */
 };
@@ -353,6 +357,7 @@ int zps_launch_opts_parse(int argc, char **argv, zps_launch_opts_t *o)
         {"targets", required_argument, NULL, O_TARGETS},
         {"time-limit", required_argument, NULL, O_TIME_LIMIT},
         {"quiet", no_argument, NULL, O_QUIET},
+        {"no-memory-check", no_argument, NULL, O_NO_MEMORY_CHECK},
         {"no-progress", no_argument, NULL, O_NO_PROGRESS},
         {"progress-every", required_argument, NULL, O_PROGRESS_EVERY},
         {"server-bin", required_argument, NULL, O_SERVER_BIN},
@@ -467,6 +472,9 @@ int zps_launch_opts_parse(int argc, char **argv, zps_launch_opts_t *o)
             break;
         case O_QUIET:
             o->quiet = true;
+            break;
+        case O_NO_MEMORY_CHECK:
+            o->no_memory_check = true;
             break;
         case O_NO_PROGRESS:
             o->progress = false;
