@@ -14,6 +14,7 @@
 #include "plot.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
@@ -155,21 +156,44 @@ static int write_data(run_t *r, FILE *data)
     return n;
 }
 
-/* Runs gnuplot on script; returns 0 when it exited 0. */
-static int run_gnuplot(const char *gnuplot, const char *script)
+/*
+ * Runs gnuplot on tmp/plot.gp, its messages into tmp/gnuplot.err: a run's
+ * warnings ("empty x range" for a run of one evaluation) are no news, so
+ * they are shown only when gnuplot fails, prefixed by `who`. Returns 0 when
+ * it exited 0.
+ */
+static int run_gnuplot(const char *gnuplot, const char *tmp, const char *who)
 {
+    char script[PATH_MAX + 16], err[PATH_MAX + 16];
+    snprintf(script, sizeof(script), "%s/plot.gp", tmp);
+    snprintf(err, sizeof(err), "%s/gnuplot.err", tmp);
     pid_t pid = fork();
     if (pid < 0)
         return -1;
     if (pid == 0) {
+        int fd = open(err, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (fd >= 0)
+            dup2(fd, STDERR_FILENO);
         execl(gnuplot, "gnuplot", script, (char *)NULL);
         _exit(127);
     }
     int st;
+    int rc = 0;
     while (waitpid(pid, &st, 0) < 0)
-        if (errno != EINTR)
-            return -1;
-    return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+        if (errno != EINTR) {
+            rc = -1;
+            break;
+        }
+    if (rc == 0 && !(WIFEXITED(st) && WEXITSTATUS(st) == 0))
+        rc = -1;
+    FILE *f = rc ? fopen(err, "r") : NULL;
+    char line[512];
+    for (int n = 0; f && n < 20 && fgets(line, sizeof(line), f); n++)
+        fprintf(stderr, "%s: gnuplot: %s%s", who, line, strchr(line, '\n') ? "" : "\n");
+    if (f)
+        fclose(f);
+    unlink(err);
+    return rc;
 }
 
 static void gp_string(FILE *f, const char *s)
@@ -431,7 +455,7 @@ int zps_cmd_plot(int argc, char **argv)
         fprintf(stderr, "zps plot: cannot write %s\n", keep);
         goto done;
     }
-    if (run_gnuplot(gnuplot, script) != 0) {
+    if (run_gnuplot(gnuplot, tmp, "zps plot") != 0) {
         fprintf(stderr, "zps plot: gnuplot failed on %s (its messages above)\n", out);
         goto done;
     }
@@ -479,7 +503,7 @@ int zps_plot_run_figures(const char *run_dir)
     fprintf(f, "set autoscale y\nset key top right\n");
     gp_panel(f, tmp, 1, &r, 1, 3, "test loss against time", "seconds of training", "test loss");
     fprintf(f, "set output\n");
-    if (fclose(f) == 0 && run_gnuplot(gnuplot, script) == 0)
+    if (fclose(f) == 0 && run_gnuplot(gnuplot, tmp, "zps launch") == 0)
         rc = 0;
     else
         fprintf(stderr, "zps launch: gnuplot could not draw the figures in %s\n", run_dir);

@@ -6,7 +6,8 @@
 #     gnuplot script (--keep-script) names both runs and the target;
 #   - a folder that is not a run (no eval.tsv) is named, exit 1; no run
 #     folder at all is bad usage, exit 2;
-#   - without gnuplot on PATH a run succeeds and says "figures skipped" once.
+#   - without gnuplot on PATH a run succeeds and says "figures skipped" once;
+#   - a run of one evaluation: no gnuplot warning on launch's stderr.
 # Skipped (77) without gnuplot. Stops only what it starts; the run folders
 # are in lib.sh's $dir.
 #
@@ -63,6 +64,15 @@ env PATH=/nonexistent "$zps" launch --servers 1 --workers 1 --mode asp --model l
 [ "$(grep -c 'figures skipped' "$dir/nognu.err")" = 1 ] ||
     { cat "$dir/nognu.err" >&2; fail "no single 'figures skipped' line without gnuplot"; }
 [ ! -e "$runs/nognu/accuracy.png" ] || fail "a figure without gnuplot"
+# A run of one evaluation draws its figures without gnuplot's warnings
+# ("empty x range") reaching the user: gnuplot's messages are shown only
+# when it fails.
+"$zps" launch --servers 1 --workers 1 --mode asp --model mlp:8-4 \
+    --data synthetic:n=400,test=100,dim=8,classes=4 --clocks 5 --runs-dir "$runs" --name one \
+    --no-progress --time-limit 120 >"$dir/one.out" 2>"$dir/one.err" ||
+    { cat "$dir/one.err" >&2; fail "the run of one evaluation failed"; }
+is_png "$runs/one/accuracy.png"
+if grep -i "warning" "$dir/one.err"; then fail "gnuplot's warnings reached the user"; fi
 rc=0
 "$zps" plot -o "$dir/none.png" 2>"$dir/none.err" || rc=$?
 [ "$rc" = 2 ] || fail "no run folder: exit $rc, expected 2"
