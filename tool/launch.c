@@ -513,7 +513,9 @@ static void stats_done(uv_work_t *req, int status)
     launch_t *L = req->data;
     (void)status;
     L->stats_busy = false;
-    bool final = L->phase == PH_STATS;
+    /* Final: a fetch that started once every worker had exited (a periodic
+     * one still in flight then is recorded as periodic, and fetched again). */
+    bool final = L->phase == PH_STATS && L->stats_final;
     double wall = zps_wall_seconds();
     L->waiting[0] = '\0';
     for (uint32_t i = 0; i < L->o->servers; i++) {
