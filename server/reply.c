@@ -69,9 +69,11 @@ void zps_reply_send(zps_daemon_t *d, const zps_request_t *r, zps_header_t *h)
         rc = zps_wire_send(d->sock, r->peer, h, NULL, 0, NULL, NULL, ZMQ_DONTWAIT);
     } else if (zps_wire_wants_payload(h)) {
         /* Observers have a cache of their own: replies they leave unread
-         * cannot hold the copies the workers' pulls need. A client that
-         * asks for bfloat16 gets the parameters rounded, from caches of
-         * their own. */
+         * cannot hold the copies the workers' pulls need; and in the
+         * workers' cache each rank holds its own share, so a rank that
+         * does not read its replies is refused, not the others. A client
+         * that asks for bfloat16 gets the parameters rounded, from caches
+         * of their own. */
         bool bf16 = (r->hdr->flags & ZPS_FLAG_BF16) != 0;
         zps_reply_cache_t *cache = h->worker < 0
                                        ? (bf16 ? &d->observer_cache16 : &d->observer_cache)
@@ -79,13 +81,21 @@ void zps_reply_send(zps_daemon_t *d, const zps_request_t *r, zps_header_t *h)
         if (bf16)
             h->flags |= ZPS_FLAG_BF16;
         zmq_msg_t m;
-        int got = zps_reply_cache_get(cache, d->store.params, d->store.len,
-                                      zps_consistency_version(d->consistency), &m, &h->checksum);
+        size_t rank = h->worker < 0 ? 0 : (size_t)h->worker;
+        int got =
+            zps_reply_cache_get(cache, d->store.params, d->store.len,
+                                zps_consistency_version(d->consistency), rank, &m, &h->checksum);
         if (got == ZPS_EBUSY) {
-            zps_reply_error(d, r, ZPS_EBUSY,
-                            "%zu copies of the parameters are still queued for replies not yet "
-                            "read; pull again later",
-                            cache->max_copies);
+            if (h->worker < 0)
+                zps_reply_error(d, r, ZPS_EBUSY,
+                                "observers' replies not yet read hold their %zu copies of the "
+                                "parameters; pull again later",
+                                cache->share);
+            else
+                zps_reply_error(d, r, ZPS_EBUSY,
+                                "worker %d's replies not yet read hold its %zu copies of the "
+                                "parameters; read them, then pull again",
+                                h->worker, cache->share);
             return;
         }
         if (got != 0) {

@@ -11,15 +11,21 @@
  * is then reused for a later version instead of allocating (and faulting
  * in) a shard-sized block for each one.
  *
- * The copies alive at once are bounded. A peer that never reads its replies
- * keeps the copies they carry alive (ZeroMQ queues up to its high-water mark
- * per peer, server.c), and under ASP every push makes a new version: when the
- * pool is all in flight a new version gets a fresh copy, but only up to the
- * cache's max_copies in all; beyond that a pull of a new version is refused
- * (ZPS_EBUSY) instead of allocating. The server keeps two caches, one for
- * workers and one for observers, so observers that do not read cannot take
- * the workers' copies (reply.c), and the same two again for clients that
- * ask for the parameters in bfloat16 (ZPS_FLAG_BF16), at half the bytes.
+ * The copies alive at once are bounded, per rank. A peer that never reads
+ * its replies keeps the copies they carry alive (ZeroMQ queues up to its
+ * high-water mark per peer, server.c), and under ASP every push makes a new
+ * version. So each reply is its own message around the shared copy, whose
+ * release ZeroMQ reports (from its I/O thread) to the rank the reply went
+ * to: the replies a rank has not read may hold at most `share` distinct
+ * copies (its pins), and a pull of that rank that would need another is
+ * refused (ZPS_EBUSY), to that rank alone. Other ranks' pulls never wait on
+ * its copies: they hold their own share. The copies alive at once are then
+ * at most ranks x share + 1 (the cached one, which no reply may hold yet).
+ * The server keeps two caches, one for workers (a share per worker rank)
+ * and one for observers (one share for all of them, so that observers that
+ * do not read cannot take the workers' copies, reply.c), and the same two
+ * again for clients that ask for the parameters in bfloat16
+ * (ZPS_FLAG_BF16), at half the bytes.
  *
  * Not here: sending the replies (reply.c), the parameters themselves
  * (store.h), when a version changes (consistency/). Every function runs on
@@ -37,43 +43,62 @@
 #define ZPS_REPLY_POOL 4 /* most pooled buffers of a cache */
 
 /*
- * The two caches' bounds, in copies of the shard's parameters. Workers: a
- * pool of ZPS_REPLY_POOL and at most W + ZPS_REPLY_POOL copies (W workers
- * that read their replies have at most one in flight each, plus the cached
- * one). Observers: a pool of ZPS_REPLY_OBSERVER_POOL and at most
- * ZPS_REPLY_OBSERVER_COPIES copies.
+ * The caches' bounds, in copies of the shard's parameters. Workers: a share
+ * of ZPS_REPLY_SHARE copies per rank (the reply being read, and one more: a
+ * resent pull's, or a buffer ZeroMQ has not handed back yet), so at most
+ * W x ZPS_REPLY_SHARE + 1 alive. Observers: one share of
+ * ZPS_REPLY_OBSERVER_COPIES - 1 for all of them, so at most
+ * ZPS_REPLY_OBSERVER_COPIES alive; a pool of ZPS_REPLY_OBSERVER_POOL.
  */
+#define ZPS_REPLY_SHARE 2
 #define ZPS_REPLY_OBSERVER_POOL 2
 #define ZPS_REPLY_OBSERVER_COPIES 4
 
-/* One pooled buffer; busy while a message built on it may still be sent. */
+struct zps_reply_cache;
+
+/*
+ * One copy of the parameters: a pooled buffer, or a fresh one allocated
+ * when every pooled buffer is held. Free (and, if fresh, freed) when no one
+ * holds it: the cache while it is the cached copy (or reserved for a step),
+ * and each reply in flight that carries it.
+ */
 typedef struct zps_reply_buf {
     void *data; /* 64-byte aligned: float32 values, or bfloat16 in a bf16 cache */
     size_t cap; /* elements */
-    atomic_bool busy;
+    atomic_uint refs;
+    bool fresh; /* allocated outside the pool: freed, with this struct, at refs 0 */
+    struct zps_reply_cache *cache;
 } zps_reply_buf_t;
+
+/* One of a rank's `share` pins: a copy its unread replies hold. */
+typedef struct zps_reply_pin {
+    zps_reply_buf_t *buf; /* meaningful while replies > 0 */
+    atomic_uint replies;  /* this rank's replies in flight that carry buf */
+} zps_reply_pin_t;
 
 typedef struct zps_reply_cache {
     zps_reply_buf_t pool[ZPS_REPLY_POOL];
-    size_t pool_size;    /* pooled buffers used, <= ZPS_REPLY_POOL */
-    size_t max_copies;   /* copies alive at once, pooled and fresh, >= pool_size */
-    atomic_size_t fresh; /* fresh copies alive (outside the pool) */
-    size_t fresh_peak;   /* the most fresh copies alive at once (only the loop adds them) */
-    zmq_msg_t msg;       /* the cached payload, when `cached` */
-    bool cached;
-    uint64_t version; /* of the cached payload */
-    uint32_t crc;     /* its CRC32C */
-    bool bf16;        /* its copies are bfloat16 (ZPS_FLAG_BF16 replies), not float32 */
+    size_t pool_size;      /* pooled buffers used, <= ZPS_REPLY_POOL */
+    size_t ranks, share;   /* pins: share per rank */
+    zps_reply_pin_t *pins; /* [ranks * share] */
+    size_t max_copies;     /* ranks x share + 1: copies alive at once, pooled and fresh */
+    atomic_size_t fresh;   /* fresh copies alive (outside the pool) */
+    size_t fresh_peak;     /* the most fresh copies alive at once (only the loop adds them) */
+    zps_reply_buf_t *cur;  /* the cached copy (the cache holds it), or NULL */
+    uint64_t version;      /* of the cached copy */
+    uint32_t crc;          /* its CRC32C */
+    bool bf16;             /* its copies are bfloat16 (ZPS_FLAG_BF16 replies), not float32 */
+    uint64_t refused;      /* pulls refused: their rank's share was held */
 } zps_reply_cache_t;
 
 /*
  * An empty cache that keeps up to `pool` reusable buffers (at most
- * ZPS_REPLY_POOL) and lets at most max_copies (>= pool) copies of the
- * parameters exist at once. Nothing is allocated until a pull needs it.
- * `bf16`: its copies are the parameters rounded to bfloat16 (bf16.h), half
- * the bytes, for the clients that ask for them.
+ * ZPS_REPLY_POOL) and gives each of `ranks` ranks a share of `share`
+ * copies. Nothing shard-sized is allocated until a pull needs it. `bf16`:
+ * its copies are the parameters rounded to bfloat16 (bf16.h), half the
+ * bytes, for the clients that ask for them. Returns 0 or ZPS_ENOMEM.
  */
-void zps_reply_cache_init(zps_reply_cache_t *c, size_t pool, size_t max_copies, bool bf16);
+int zps_reply_cache_init(zps_reply_cache_t *c, size_t pool, size_t ranks, size_t share, bool bf16);
 
 /*
  * Drops the cached payload (the cache's reference to it); its buffer returns
@@ -82,22 +107,23 @@ void zps_reply_cache_init(zps_reply_cache_t *c, size_t pool, size_t max_copies, 
 void zps_reply_cache_drop(zps_reply_cache_t *c);
 
 /*
- * Frees the pool. Call only once ZeroMQ holds no message built on it (after
- * zmq_ctx_term), and after zps_reply_cache_drop.
+ * Frees the pool and the pins. Call only once ZeroMQ holds no message built
+ * on it (after zmq_ctx_term), and after zps_reply_cache_drop.
  */
 void zps_reply_cache_fini(zps_reply_cache_t *c);
 
 /*
- * The pull payload of `version`: params[len] (float32), copied (or rounded
- * to bfloat16, in a bf16 cache) and checksummed unless the cache holds that
- * version already. On success *m is
- * a new message referring to the shared copy (the caller sends or closes
- * it) and *crc its CRC32C; returns 0, ZPS_EBUSY when a new copy is needed
- * and max_copies are alive (all still queued for peers), or ZPS_ENOMEM (*m
- * not initialised on failure).
+ * The pull payload of `version` for a reply to rank `rank` (< ranks):
+ * params[len] (float32), copied (or rounded to bfloat16, in a bf16 cache)
+ * and checksummed unless the cache holds that version already. On success
+ * *m is a new message around the shared copy, counted against the rank's
+ * share until ZeroMQ lets go of it (the caller sends or closes it), and
+ * *crc its CRC32C; returns 0, ZPS_EBUSY when the rank's unread replies hold
+ * its whole share of copies and this one is not among them, or ZPS_ENOMEM
+ * (*m not initialised on failure).
  */
 int zps_reply_cache_get(zps_reply_cache_t *c, const float *params, size_t len, uint64_t version,
-                        zmq_msg_t *m, uint32_t *crc);
+                        size_t rank, zmq_msg_t *m, uint32_t *crc);
 
 /*
  * For a step that writes the next version's copy in its own pass over

@@ -616,7 +616,7 @@ void zps_daemon_model_known(zps_daemon_t *d)
      * copies (reply_cache.h), the bfloat16 ones at half the size; a
      * checkpoint's copy of the state; the shared-memory segment. In halves
      * of a copy: */
-    uint64_t reply = ZPS_REPLY_POOL + w + ZPS_REPLY_OBSERVER_COPIES;
+    uint64_t reply = ZPS_REPLY_SHARE * w + 1 + ZPS_REPLY_OBSERVER_COPIES;
     /* The shared-memory segment (shm.h): a slot per worker, w + 2 buffers;
      * and two private copies of each worker's pushes. Counted once the
      * segment exists (the first session's grant calls this again), as
@@ -953,11 +953,17 @@ int zps_server_run(const zps_server_config_t *cfg, bool *unsaved)
     d.fingerprint = zps_fingerprint(cfg);
     d.started_ns = zps_now_ns();
     zps_store_init(&d.store);
+    bool caches = true;
     for (int bf16 = 0; bf16 < 2; bf16++) {
-        zps_reply_cache_init(bf16 ? &d.reply_cache16 : &d.reply_cache, ZPS_REPLY_POOL,
-                             ZPS_REPLY_POOL + (size_t)cfg->consistency.workers, bf16);
-        zps_reply_cache_init(bf16 ? &d.observer_cache16 : &d.observer_cache,
-                             ZPS_REPLY_OBSERVER_POOL, ZPS_REPLY_OBSERVER_COPIES, bf16);
+        caches &= zps_reply_cache_init(bf16 ? &d.reply_cache16 : &d.reply_cache, ZPS_REPLY_POOL,
+                                       cfg->consistency.workers, ZPS_REPLY_SHARE, bf16) == 0;
+        caches &= zps_reply_cache_init(bf16 ? &d.observer_cache16 : &d.observer_cache,
+                                       ZPS_REPLY_OBSERVER_POOL, 1, ZPS_REPLY_OBSERVER_COPIES - 1,
+                                       bf16) == 0;
+    }
+    if (!caches) {
+        release(&d);
+        return ZPS_ENOMEM;
     }
     snprintf(d.tag, sizeof(d.tag), "shard %u/%u", cfg->shard_index, cfg->shard_count);
     zps_log_set_tag(d.tag);
