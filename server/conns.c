@@ -28,10 +28,16 @@
 
 struct zps_conn {
     bool open;
-    bool tcp;            /* TCP_INFO works: unread bytes are watched */
-    bool shut;           /* shut down by us; its close is on the way */
-    bool shut_due;       /* to be shut down once this batch of events is read */
-    int32_t host;        /* index into hosts, or -1 */
+    bool tcp;      /* TCP_INFO works: unread bytes are watched */
+    bool shut;     /* shut down by us; its close is on the way */
+    bool shut_due; /* to be shut down once this batch of events is read */
+    bool going;    /* shut or due to be: counted in zps_conns_t.going */
+    bool authed;   /* keyed: a request from it was authenticated */
+    bool anon;     /* keyed: in the lists of unauthenticated connections */
+    int32_t host;  /* index into hosts, or -1 */
+    /* keyed: the unauthenticated connections, oldest first, of its host and
+     * of all hosts (descriptors, -1 at the ends) */
+    int32_t host_prev, host_next, all_prev, all_next;
     uint64_t taken;      /* wire bytes of the complete messages read from it */
     uint64_t taken_seen; /* taken at the previous check */
 };
@@ -39,6 +45,8 @@ struct zps_conn {
 struct zps_conn_host {
     char addr[ADDR_MAX];
     uint32_t open;
+    uint32_t anon;                /* keyed: open, unauthenticated, not being shut down */
+    int32_t anon_head, anon_tail; /* keyed: the oldest and newest of those */
 };
 
 struct zps_conn_event {
@@ -94,8 +102,11 @@ int zps_conns_open(zps_conns_t *c, void *ctx, void *router, uint32_t max, uint32
     zmq_setsockopt(c->monitor, ZMQ_LINGER, &zero, sizeof(zero));
     if (zmq_connect(c->monitor, where) != 0)
         return ZPS_ESOCKET;
+    c->anon_head = c->anon_tail = -1;
     c->events = malloc(EVENT_BATCH * sizeof(*c->events));
-    c->due = malloc(EVENT_BATCH * sizeof(*c->due));
+    /* Keyed, an acceptance may make two connections due: its host's oldest
+     * unauthenticated one and the oldest of all. */
+    c->due = malloc(2 * EVENT_BATCH * sizeof(*c->due));
     return c->events && c->due ? 0 : ZPS_ENOMEM;
 }
 
@@ -181,7 +192,74 @@ static int32_t host_of(zps_conns_t *c, const char *addr)
     zps_conn_host_t *h = &c->hosts[c->nhosts];
     snprintf(h->addr, ADDR_MAX, "%s", addr);
     h->open = 0;
+    h->anon = 0;
+    h->anon_head = h->anon_tail = -1;
     return (int32_t)c->nhosts++;
+}
+
+/* Keyed: fd (k) joins the newest end of its host's and all hosts' unauthenticated lists. */
+static void anon_add(zps_conns_t *c, int fd, zps_conn_t *k)
+{
+    k->anon = true;
+    k->all_prev = c->anon_tail;
+    k->all_next = -1;
+    if (c->anon_tail >= 0)
+        c->by_fd[c->anon_tail].all_next = fd;
+    else
+        c->anon_head = fd;
+    c->anon_tail = fd;
+    c->anon++;
+    k->host_prev = k->host_next = -1;
+    if (k->host < 0)
+        return;
+    zps_conn_host_t *h = &c->hosts[k->host];
+    k->host_prev = h->anon_tail;
+    if (h->anon_tail >= 0)
+        c->by_fd[h->anon_tail].host_next = fd;
+    else
+        h->anon_head = fd;
+    h->anon_tail = fd;
+    h->anon++;
+}
+
+/* Keyed: fd (k) leaves the unauthenticated lists (authenticated, shut down or closed). */
+static void anon_remove(zps_conns_t *c, int fd, zps_conn_t *k)
+{
+    (void)fd;
+    if (!k->anon)
+        return;
+    k->anon = false;
+    if (k->all_prev >= 0)
+        c->by_fd[k->all_prev].all_next = k->all_next;
+    else
+        c->anon_head = k->all_next;
+    if (k->all_next >= 0)
+        c->by_fd[k->all_next].all_prev = k->all_prev;
+    else
+        c->anon_tail = k->all_prev;
+    c->anon--;
+    if (k->host < 0)
+        return;
+    zps_conn_host_t *h = &c->hosts[k->host];
+    if (k->host_prev >= 0)
+        c->by_fd[k->host_prev].host_next = k->host_next;
+    else
+        h->anon_head = k->host_next;
+    if (k->host_next >= 0)
+        c->by_fd[k->host_next].host_prev = k->host_prev;
+    else
+        h->anon_tail = k->host_prev;
+    h->anon--;
+}
+
+/* k is shut down or about to be: it no longer counts as a live connection. */
+static void mark_going(zps_conns_t *c, int fd, zps_conn_t *k)
+{
+    anon_remove(c, fd, k);
+    if (!k->going) {
+        k->going = true;
+        c->going++;
+    }
 }
 
 static void shut(int fd, zps_conn_t *k)
@@ -193,6 +271,26 @@ static void shut(int fd, zps_conn_t *k)
     k->shut_due = false;
 }
 
+/* Shuts down fd (k) and counts it as going. */
+static void shut_now(zps_conns_t *c, int fd, zps_conn_t *k)
+{
+    mark_going(c, fd, k);
+    shut(fd, k);
+}
+
+/* Keyed: the unauthenticated connection `fd` gives way to a new one, at the end of the batch. */
+static void evict(zps_conns_t *c, int fd, const char *why, int *due, size_t *ndue)
+{
+    zps_conn_t *v = &c->by_fd[fd];
+    mark_going(c, fd, v);
+    v->shut_due = true;
+    due[(*ndue)++] = fd;
+    c->refused++;
+    if (may_log(c))
+        zps_warn("connection from %s shut down before it authenticated: %s",
+                 v->host >= 0 ? c->hosts[v->host].addr : "?", why);
+}
+
 static void accepted(zps_conns_t *c, int fd, int *due, size_t *ndue)
 {
     zps_conn_t *k = conn_at(c, fd);
@@ -201,6 +299,9 @@ static void accepted(zps_conns_t *c, int fd, int *due, size_t *ndue)
     if (k->open) {
         /* Its close was not reported (cannot happen with an ordered
          * monitor); count the old one as gone. */
+        anon_remove(c, fd, k);
+        if (k->going)
+            c->going--;
         if (k->host >= 0 && c->hosts[k->host].open > 0)
             c->hosts[k->host].open--;
         c->open--;
@@ -215,6 +316,25 @@ static void accepted(zps_conns_t *c, int fd, int *due, size_t *ndue)
     uint32_t from_host = 0;
     if (k->host >= 0)
         from_host = ++c->hosts[k->host].open;
+    if (c->keyed) {
+        /* The new connection may be a keyed client's: the oldest that has
+         * not authenticated gives way, of its address, then of all. */
+        anon_add(c, fd, k);
+        if (c->per_host && k->host >= 0 && c->hosts[k->host].anon > c->per_host) {
+            char why[128];
+            snprintf(why, sizeof(why),
+                     "%u from that address have not (--max-connections-per-host %u)",
+                     c->hosts[k->host].anon, c->per_host);
+            evict(c, c->hosts[k->host].anon_head, why, due, ndue);
+        }
+        if (c->open - c->going > c->max && c->anon_head >= 0) {
+            char why[128];
+            snprintf(why, sizeof(why), "%u open (--max-connections %u)", c->open - c->going,
+                     c->max);
+            evict(c, c->anon_head, why, due, ndue);
+        }
+        return;
+    }
     bool over_all = c->open > c->max;
     bool over_host = c->per_host && from_host > c->per_host;
     if (!over_all && !over_host)
@@ -239,6 +359,9 @@ static void closed(zps_conns_t *c, int fd, void (*gone)(void *, int), void *arg)
     zps_debug("connection %d closed%s", fd, k && k->open ? "" : " (not followed)");
     if (!k || !k->open)
         return;
+    anon_remove(c, fd, k);
+    if (k->going)
+        c->going--;
     if (k->host >= 0 && c->hosts[k->host].open > 0)
         c->hosts[k->host].open--;
     c->open--;
@@ -310,7 +433,7 @@ void zps_conns_events(zps_conns_t *c, void (*gone)(void *arg, int fd), void *arg
         for (size_t i = 0; i < ndue; i++) {
             zps_conn_t *k = &c->by_fd[due[i]];
             if (k->open && k->shut_due)
-                shut(due[i], k);
+                shut_now(c, due[i], k);
         }
         if (n < EVENT_BATCH)
             break;
@@ -320,6 +443,23 @@ void zps_conns_events(zps_conns_t *c, void (*gone)(void *arg, int fd), void *arg
 bool zps_conns_knows(const zps_conns_t *c, int fd)
 {
     return fd >= 0 && (size_t)fd < c->cap && c->by_fd[fd].open;
+}
+
+void zps_conns_set_keyed(zps_conns_t *c, bool keyed)
+{
+    c->keyed = keyed;
+}
+
+void zps_conns_authenticated(zps_conns_t *c, int fd)
+{
+    if (!c->keyed || !zps_conns_knows(c, fd))
+        return;
+    zps_conn_t *k = &c->by_fd[fd];
+    if (k->authed || k->going)
+        return;
+    k->authed = true;
+    anon_remove(c, fd, k);
+    c->authenticated++;
 }
 
 void zps_conns_took(zps_conns_t *c, int fd, uint64_t wire_bytes)
@@ -364,7 +504,7 @@ static void close_for(zps_conns_t *c, int fd, const char *why, uint64_t unread, 
                  "%s (%llu)",
                  k->host >= 0 ? c->hosts[k->host].addr : "?", (unsigned long long)unread, why,
                  (unsigned long long)limit);
-    shut(fd, k);
+    shut_now(c, fd, k);
 }
 
 void zps_conns_watch(zps_conns_t *c)
@@ -416,15 +556,16 @@ void zps_conns_json(const zps_conns_t *c, zps_strbuf_t *b)
 {
     zps_strbuf_printf(b,
                       "\"connections\":{\"open\":%u,\"accepted\":%llu,\"refused\":%llu,"
-                      "\"closed_buffer\":%llu,\"closed_memory\":%llu,\"accept_failed\":%llu},"
+                      "\"closed_buffer\":%llu,\"closed_memory\":%llu,\"accept_failed\":%llu,"
+                      "\"authenticated\":%llu,\"unauthenticated\":%u},"
                       "\"limits\":{\"max_connections\":%u,\"max_connections_per_host\":%u,"
                       "\"max_message_bytes\":%llu,\"peer_buffer_bytes\":%llu,"
                       "\"unread_total_bytes\":%llu,\"memory_bound_bytes\":%llu}",
                       c->open, (unsigned long long)c->accepted, (unsigned long long)c->refused,
                       (unsigned long long)c->closed_buffer, (unsigned long long)c->closed_memory,
-                      (unsigned long long)c->accept_failed, c->max, c->per_host,
-                      (unsigned long long)c->max_message, (unsigned long long)c->peer_buffer,
-                      (unsigned long long)c->unread_total,
+                      (unsigned long long)c->accept_failed, (unsigned long long)c->authenticated,
+                      c->anon, c->max, c->per_host, (unsigned long long)c->max_message,
+                      (unsigned long long)c->peer_buffer, (unsigned long long)c->unread_total,
                       (unsigned long long)zps_conns_memory_bound(c));
 }
 

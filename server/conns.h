@@ -15,6 +15,15 @@
  *   it). The soft descriptor limit is raised to the hard one at start, and
  *   the default connection limit keeps a quarter of the descriptors free, so
  *   accept(2) does not run out and the server keeps serving.
+ * - Keyed (zps_conns_set_keyed): a connection is authenticated once the
+ *   server has read a request from it that only a listed key could send
+ *   (zps_conns_authenticated). The per-host limit then counts only the
+ *   connections of an address that have not authenticated, and past either
+ *   limit it is the oldest unauthenticated connection (of that address,
+ *   then of all) that is shut down, not the new one, which may be a keyed
+ *   client's: strangers from a client's address cannot lock it out, and
+ *   authenticated connections are never shut down for the counts. Unkeyed,
+ *   nothing tells connections apart: every one counts, the new one goes.
  * - Unread bytes. ZeroMQ keeps every frame of a message until its last
  *   frame arrives and counts messages, not bytes, against its queue limits:
  *   a peer that never finishes a message would grow the server without
@@ -76,15 +85,19 @@ typedef struct zps_conns {
     struct zps_conn_event *events; /* scratch: one batch of monitor events */
     int *due;                      /* scratch: descriptors to shut down after the batch */
 
-    uint32_t open;         /* connections accepted and not yet closed */
-    uint32_t max;          /* --max-connections */
-    uint32_t per_host;     /* --max-connections-per-host; 0: no limit */
-    uint64_t max_message;  /* the largest message accepted now */
-    uint64_t peer_buffer;  /* unread bytes allowed per connection */
-    uint64_t unread_total; /* unread bytes allowed over all connections */
-    uint64_t held;         /* bytes of the shard's state (zps_conns_set_limits) */
+    uint32_t open;  /* connections accepted and not yet closed */
+    uint32_t going; /* of those, shut down (or due to be) by us */
+    bool keyed;     /* the oldest unauthenticated connection gives way (zps_conns_set_keyed) */
+    uint32_t anon;  /* keyed: open, not authenticated, not going */
+    int32_t anon_head, anon_tail; /* keyed: the oldest and newest of those */
+    uint32_t max;                 /* --max-connections */
+    uint32_t per_host;            /* --max-connections-per-host; 0: no limit */
+    uint64_t max_message;         /* the largest message accepted now */
+    uint64_t peer_buffer;         /* unread bytes allowed per connection */
+    uint64_t unread_total;        /* unread bytes allowed over all connections */
+    uint64_t held;                /* bytes of the shard's state (zps_conns_set_limits) */
 
-    uint64_t accepted, refused, closed_buffer, closed_memory, accept_failed;
+    uint64_t accepted, refused, closed_buffer, closed_memory, accept_failed, authenticated;
     uint64_t logged, log_window; /* rate limit: 10 warnings per 10 s */
 } zps_conns_t;
 
@@ -112,6 +125,17 @@ void zps_conns_close(zps_conns_t *c);
  * beyond the limits, and calls gone(arg, fd) for each connection closed.
  */
 void zps_conns_events(zps_conns_t *c, void (*gone)(void *arg, int fd), void *arg);
+
+/* Keyed: past a count limit, unauthenticated connections give way, oldest first (see above). */
+void zps_conns_set_keyed(zps_conns_t *c, bool keyed);
+
+/*
+ * Keyed: connection fd has sent a request that was authenticated (over
+ * CURVE: any request, its handshake's key is listed; sealed: a message whose
+ * session exists and whose tags verify). It no longer counts against
+ * --max-connections-per-host and is never shut down for the counts.
+ */
+void zps_conns_authenticated(zps_conns_t *c, int fd);
 
 /* Whether fd is a connection whose acceptance zps_conns_events has read. */
 bool zps_conns_knows(const zps_conns_t *c, int fd);

@@ -490,6 +490,12 @@ static bool drain_socket(zps_daemon_t *d, bool sealed, int budget)
         if (m.peer.fd >= 0 && !zps_conns_knows(conns, m.peer.fd))
             zps_conns_events(conns, sealed ? connection_gone : curve_connection_gone, d);
         zps_conns_took(conns, m.peer.fd, m.wire_bytes);
+        /* Over CURVE only a listed key's handshake gets a message through;
+         * on the sealed socket, a message whose session exists and whose
+         * tags verify (any other failure comes after). */
+        if (d->cfg->curve_key &&
+            (!sealed || (rc != ZPS_ESEAL && rc != ZPS_ENOMEM && m.peer.session != 0)))
+            zps_conns_authenticated(conns, m.peer.fd);
         if (rc == ZPS_ESEAL) {
             refuse_sealed(d, &m);
             d->count.msgs_in++;
@@ -808,6 +814,7 @@ static int open_seal_socket(zps_daemon_t *d, const char *where, uint32_t max, ui
         return rc;
     }
     zps_conns_set_limits(&d->seal_conns, cfg->max_message_bytes, 0);
+    zps_conns_set_keyed(&d->seal_conns, true);
     if (zmq_bind(d->seal_sock, addr) != 0) {
         zps_error("cannot listen for sealed sessions on %s: %s (--seal-port, or --no-seal)", addr,
                   zmq_strerror(zmq_errno()));
@@ -854,6 +861,7 @@ static int open_socket(zps_daemon_t *d)
         rc = zps_auth_open(&d->auth, d->ctx, cfg->authorized_keys, cfg->consistency.workers);
         if (rc)
             return rc;
+        zps_conns_set_keyed(&d->conns, true);
         if (zmq_setsockopt(d->sock, ZMQ_CURVE_SERVER, &one, sizeof(one)) != 0 ||
             zmq_setsockopt(d->sock, ZMQ_CURVE_SECRETKEY, cfg->curve_key->secret_key,
                            ZPS_KEY_BYTES) != 0 ||
