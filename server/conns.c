@@ -38,8 +38,9 @@ struct zps_conn {
     /* keyed: the unauthenticated connections, oldest first, of its host and
      * of all hosts (descriptors, -1 at the ends) */
     int32_t host_prev, host_next, all_prev, all_next;
-    uint64_t taken;      /* wire bytes of the complete messages read from it */
-    uint64_t taken_seen; /* taken at the previous check */
+    uint64_t taken;       /* wire bytes of the complete messages read from it */
+    uint64_t taken_seen;  /* taken at the previous check */
+    uint64_t unread_seen; /* unread bytes at the previous check */
 };
 
 struct zps_conn_host {
@@ -365,6 +366,11 @@ static void closed(zps_conns_t *c, int fd, void (*gone)(void *, int), void *arg)
     if (k->host >= 0 && c->hosts[k->host].open > 0)
         c->hosts[k->host].open--;
     c->open--;
+    /* What ZeroMQ held of its unfinished messages goes back to the heap. */
+    if (k->unread_seen) {
+        c->released += k->unread_seen;
+        c->released_ns = zps_now_ns();
+    }
     *k = (zps_conn_t){.host = -1};
     if (gone)
         gone(arg, fd);
@@ -519,6 +525,7 @@ void zps_conns_watch(zps_conns_t *c)
         uint64_t unread;
         if (!k->open || !k->tcp || k->shut || !unread_of(k, (int)fd, &unread))
             continue;
+        k->unread_seen = unread;
         if (unread > c->peer_buffer) {
             c->closed_buffer++;
             close_for(c, (int)fd, "more than one connection may hold", unread, c->peer_buffer);
@@ -557,15 +564,16 @@ void zps_conns_json(const zps_conns_t *c, zps_strbuf_t *b)
     zps_strbuf_printf(b,
                       "\"connections\":{\"open\":%u,\"accepted\":%llu,\"refused\":%llu,"
                       "\"closed_buffer\":%llu,\"closed_memory\":%llu,\"accept_failed\":%llu,"
-                      "\"authenticated\":%llu,\"unauthenticated\":%u},"
+                      "\"authenticated\":%llu,\"unauthenticated\":%u,\"trims\":%llu},"
                       "\"limits\":{\"max_connections\":%u,\"max_connections_per_host\":%u,"
                       "\"max_message_bytes\":%llu,\"peer_buffer_bytes\":%llu,"
                       "\"unread_total_bytes\":%llu,\"memory_bound_bytes\":%llu}",
                       c->open, (unsigned long long)c->accepted, (unsigned long long)c->refused,
                       (unsigned long long)c->closed_buffer, (unsigned long long)c->closed_memory,
                       (unsigned long long)c->accept_failed, (unsigned long long)c->authenticated,
-                      c->anon, c->max, c->per_host, (unsigned long long)c->max_message,
-                      (unsigned long long)c->peer_buffer, (unsigned long long)c->unread_total,
+                      c->anon, (unsigned long long)c->trims, c->max, c->per_host,
+                      (unsigned long long)c->max_message, (unsigned long long)c->peer_buffer,
+                      (unsigned long long)c->unread_total,
                       (unsigned long long)zps_conns_memory_bound(c));
 }
 

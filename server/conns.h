@@ -99,6 +99,12 @@ typedef struct zps_conns {
 
     uint64_t accepted, refused, closed_buffer, closed_memory, accept_failed, authenticated;
     uint64_t logged, log_window; /* rate limit: 10 warnings per 10 s */
+    /* Unread bytes (as last checked) of the connections closed so far, and
+     * when the last of them closed: memory ZeroMQ has given back to the
+     * heap, for the server to hand back to the kernel (server.c). */
+    uint64_t released, released_ns;
+    uint64_t trimmed, trim_ns; /* `released` at the last trim, and its time (server.c) */
+    uint64_t trims;            /* trims done (STATS connections.trims) */
 } zps_conns_t;
 
 /*

@@ -596,10 +596,42 @@ static void on_conns(uv_poll_t *h, int status, int events)
         zps_conns_events(&d->conns, curve_connection_gone, d);
 }
 
+/*
+ * Closed connections' unfinished messages (up to the peer buffer bound
+ * each) go back to the heap when ZeroMQ closes them, but the allocator keeps
+ * freed memory for later, and a run of hostile connections would leave the
+ * server's resident size at its peak for good. Once such connections have
+ * let go of TRIM_MIN_BYTES or more, and none for TRIM_SETTLE_NS (ZeroMQ's
+ * I/O thread frees them as it tears each one down), the free memory goes
+ * back to the kernel (zps_wire_trim_heap: the server's malloc is tuned
+ * never to trim by itself, wire.h); at most once per TRIM_EVERY_NS.
+ */
+#define TRIM_MIN_BYTES (4ull << 20)
+#define TRIM_SETTLE_NS 100000000ull
+#define TRIM_EVERY_NS 1000000000ull
+
+static void trim_released(zps_daemon_t *d)
+{
+    zps_conns_t *c = &d->conns;
+    uint64_t released = c->released + d->seal_conns.released;
+    if (released - c->trimmed < TRIM_MIN_BYTES)
+        return;
+    uint64_t now = zps_now_ns(), last = c->released_ns > d->seal_conns.released_ns
+                                            ? c->released_ns
+                                            : d->seal_conns.released_ns;
+    if (now - last < TRIM_SETTLE_NS || now - c->trim_ns < TRIM_EVERY_NS)
+        return;
+    zps_wire_trim_heap();
+    c->trimmed = released;
+    c->trim_ns = now;
+    c->trims++;
+}
+
 /* Unread bytes and memory (conns.h), judged after reading what has arrived. */
 static void on_watch(uv_timer_t *t)
 {
     zps_daemon_t *d = t->data;
+    trim_released(d);
     if (d->conns.open == 0 && d->seal_conns.open == 0)
         return;
     zps_daemon_drain(d);
