@@ -4,14 +4,16 @@
  * and every push is accounted for.
  *
  * Two zps-server processes (shards 0/2 and 1/2 of a 1M-float model, 2 MB
- * each) run ASP for 4 workers. Four honest worker processes train through
+ * each) run ASP for 5 workers. Four honest worker processes (ranks 0-3) train through
  * the client library (pull, push a small constant gradient, next clock) for
  * 2D seconds, in windows of about 5 s: in the even windows they are alone,
  * in the odd ones four hostile processes join, one behaviour each, every
  * one rate-limited so that they share the machine's cores instead of taking
  * them:
  *
- *   slow reader   observer pulls sent without pause, replies never read;
+ *   slow reader   observer pulls, and pulls as worker 4 (a rank of the
+ *                 servers' five that no honest worker uses), sent without
+ *                 pause, replies never read;
  *   unfinished    1 MiB frames with the "more" flag and never a last frame,
  *                 over ZMTP on a plain TCP socket (a ZeroMQ socket would
  *                 not send them); when the server drops the connection (or
@@ -27,8 +29,13 @@
  *     STATS limits.memory_bound_bytes); the first sample beyond it ends
  *     the run at once, so a server without the bound fails here instead of
  *     growing to gigabytes;
+ *   - once every peer has gone, each server holds no more than its size at
+ *     start, its state and the buffers it keeps for reuse (RETAINED_COPIES):
+ *     what closed connections held has been handed back;
  *   - the honest workers' steps per second in the hostile windows are at
- *     least half those in the quiet ones;
+ *     least half those in the quiet ones, and none of their pulls is
+ *     refused with ZPS_EBUSY: worker 4's unread replies hold its own share
+ *     of the reply copies, not theirs;
  *   - every push is accounted for: each shard's STATS counts.applied equals
  *     the pushes the honest workers saw it take (the hostile peers never
  *     push as a valid rank), every push a shard did not apply or acknowledge
@@ -87,6 +94,7 @@
 
 #define SHARDS 2
 #define WORKERS 4
+#define RANKS (WORKERS + 1)  /* the servers' --workers: rank 4 is the slow reader's */
 #define N (1u << 20)         /* floats in the model */
 #define SHARD_N (N / SHARDS) /* floats per shard: 2 MB */
 #define SAMPLE_MS 500        /* RSS and STATS sampling period */
@@ -100,7 +108,7 @@
  * formula: with P the shard's bytes, k the optimizer's state arrays (0:
  * SGD) and W the workers, under ASP
  *
- *   base + P x ((1 + k) + 1 + (W + 4) + 4 + (1 + k)) + 256 KiB x (connections open)
+ *   base + P x ((1 + k) + 1 + (2W + 1) + 4 + (1 + k)) + 256 KiB x (connections open)
  *        + max(4 x (P + 64 KiB + 8 MiB), 64 MiB)
  *
  * where base is 64 MiB (384 MiB in sanitizer builds). Connections open to
@@ -117,6 +125,19 @@
 #define BOUND_BASE (64 * MiB)
 #endif
 #define CONNS_MAX 96
+
+/*
+ * What a server may still hold once every peer has gone, beyond its size at
+ * start (before INIT): the parameters (SGD: no state), the pooled reply
+ * buffers it keeps for reuse (4 for workers, 2 for observers:
+ * server/reply_cache.h), the push buffer the wire pool keeps (ASP: one),
+ * in copies of the shard; and RETAINED_SLACK for ZeroMQ's and the
+ * allocator's own. What closed connections held (their unfinished
+ * messages, the copies their unread replies kept) is handed back
+ * (docs/protocol.md, Limits: Memory).
+ */
+#define RETAINED_COPIES (1 + 4 + 2 + 1)
+#define RETAINED_SLACK (16 * MiB)
 
 enum role {
     ROLE_WORKER0 = 0, /* .. WORKERS - 1: honest workers */
@@ -148,7 +169,7 @@ typedef struct report {
     uint64_t refused[SHARDS]; /* push attempts a shard refused, with a code */
     uint64_t refused_by[SHARDS][NCODES];
     uint64_t unanswered[SHARDS]; /* push attempts a shard did not answer in time */
-    uint64_t pull_failures, rejoined;
+    uint64_t pull_failures, pulls_busy, rejoined;
     int last_code;
     /* Hostile peers. */
     uint64_t sent, eagain, replies, missing, no_reason, unexpected;
@@ -371,6 +392,7 @@ static void run_worker(int w, uint64_t t_go, uint64_t d_ns, report_t *r)
             if (rc) {
                 r->pull_failures++;
                 r->last_code = rc == ZPS_EREMOTE ? zps_client_last_remote_status(c) : rc;
+                r->pulls_busy += r->last_code == ZPS_EBUSY;
                 if (++pull_run >= 50) {
                     r->failed = 1;
                     note(r, "pull for clock %" PRIu64 ": %s", t, zps_client_last_error(c));
@@ -431,7 +453,8 @@ out:
 
 /* ---- hostile peers ---- */
 
-/* Observer pulls on a socket whose replies are never read. */
+/* Observer pulls, and pulls as worker WORKERS (rank 4), on a socket whose replies are never read.
+ */
 static void run_slow_reader(void *ctx, uint64_t start, uint64_t end, report_t *r)
 {
     void *s[SHARDS];
@@ -448,7 +471,7 @@ static void run_slow_reader(void *ctx, uint64_t start, uint64_t end, report_t *r
     r->conns = SHARDS;
     for (uint64_t id = 1; !stopping(end); id++) {
         for (int k = 0; k < SHARDS; k++) {
-            Zps__Header h = request(ZPS__MSG_TYPE__MSG_PULL, -1, id);
+            Zps__Header h = request(ZPS__MSG_TYPE__MSG_PULL, id % 2 ? -1 : WORKERS, id);
             if (send_request(s[k], &h, NULL, 0, 0) == 0)
                 r->sent++;
             else
@@ -604,7 +627,7 @@ static void flood_replies(void *s, int k, uint64_t *outstanding, int ms, report_
  */
 static void run_flood(void *ctx, uint64_t start, uint64_t end, report_t *r)
 {
-    static const int32_t bad_ranks[] = {WORKERS, WORKERS + 1, 1000, INT32_MAX, -2, INT32_MIN};
+    static const int32_t bad_ranks[] = {RANKS, RANKS + 1, 1000, INT32_MAX, -2, INT32_MIN};
     static const uint8_t junk[] = {0xff, 0xff, 0xff, 0xff, 0x0f};
     void *s[SHARDS];
     for (int k = 0; k < SHARDS; k++)
@@ -921,8 +944,8 @@ static void print_stats(int shard, const zps_json_t *j)
 /* See BOUND_BASE: the bound in bytes, computed here from protocol.md's formula. */
 static uint64_t documented_bound(void)
 {
-    const uint64_t p = SHARD_N * sizeof(float), k = 0, w = WORKERS;
-    const uint64_t copies = (1 + k) + 1 + (w + 4) + 4 + (1 + k);
+    const uint64_t p = SHARD_N * sizeof(float), k = 0, w = RANKS;
+    const uint64_t copies = (1 + k) + 1 + (2 * w + 1) + 4 + (1 + k);
     const uint64_t peer_buffer = p + 64 * KiB + 8 * MiB;
     const uint64_t unread = 4 * peer_buffer > 64 * MiB ? 4 * peer_buffer : 64 * MiB;
     return BOUND_BASE + p * copies + 256 * KiB * CONNS_MAX + unread;
@@ -972,15 +995,16 @@ static void test_soak(void **state)
 {
     (void)state;
     const uint64_t d_s = soak_seconds(), d_ns = d_s * 1000000000ull;
-    printf("soak: ASP, %d shards of %u floats, %d workers, %" PRIu64 " s per phase\n", SHARDS,
-           SHARD_N, WORKERS, d_s);
+    printf("soak: ASP, %d shards of %u floats, %d honest workers of %d ranks, %" PRIu64
+           " s per phase\n",
+           SHARDS, SHARD_N, WORKERS, RANKS, d_s);
 
     long rss_start[SHARDS];
     for (int s = 0; s < SHARDS; s++) {
         char shard[16];
         snprintf(shard, sizeof(shard), "%d/%d", s, SHARDS);
         const char *args[] = {
-            "--workers",        "4", "--mode",      "asp",   "--shard", shard, "--lr", "0.001",
+            "--workers",        "5", "--mode",      "asp",   "--shard", shard, "--lr", "0.001",
             "--worker-timeout", "4", "--log-level", "error", NULL};
         assert_int_equal(harness_start(&soak->srv[s], args), 0);
         rss_start[s] = harness_rss_kb(soak->srv[s].pid);
@@ -1066,6 +1090,27 @@ static void test_soak(void **state)
     read_reports(rep, got, zps_now_ns() + REPORT_WAIT_NS);
     reap_children();
 
+    /* Once every peer's connection is gone (only the tool's is left;
+     * bounded), what the servers still hold: the state and the buffers
+     * they keep for reuse, not what the closed connections held. */
+    long rss_end[SHARDS];
+    double open_end[SHARDS];
+    for (int s = 0; s < SHARDS; s++) {
+        open_end[s] = -1;
+        for (uint64_t t0 = zps_now_ns(); zps_now_ns() - t0 < 10000000000ull; zps_sleep_ms(50)) {
+            zps_json_t *j = stats_of(tool, s);
+            open_end[s] = j ? jnum(j, "connections", "open") : -1;
+            zps_json_free(j);
+            if (open_end[s] >= 0 && open_end[s] <= 1)
+                break;
+        }
+    }
+    /* The server trims at most once a second, 100 ms after the last
+     * connection that held unread bytes closed. */
+    zps_sleep_ms(2500);
+    for (int s = 0; s < SHARDS; s++)
+        rss_end[s] = harness_alive(&soak->srv[s]) ? harness_rss_kb(soak->srv[s].pid) : -1;
+
     zps_json_t *st[SHARDS];
     for (int s = 0; s < SHARDS; s++)
         st[s] = stats_of(tool, s);
@@ -1092,7 +1137,8 @@ static void test_soak(void **state)
            rate[1], ratio, worst_step[1]);
 
     /* Memory. */
-    printf("\n  shard   RSS at start     max quiet   max hostile   bound (protocol.md)   "
+    printf("\n  shard   RSS at start     max quiet   max hostile    peers gone   bound "
+           "(protocol.md)   "
            "memory_bound_bytes (max)   connections open (max)\n");
     for (int s = 0; s < SHARDS; s++) {
         char stated[32] = "not in STATS", open[32] = "not in STATS";
@@ -1100,8 +1146,8 @@ static void test_soak(void **state)
             snprintf(stated, sizeof(stated), "%.0f kB", stated_max[s] / 1024.0);
         if (open_max[s] >= 0)
             snprintf(open, sizeof(open), "%.0f", open_max[s]);
-        printf("  %5d %11ld kB %10ld kB %10ld kB %18ld kB %24s %24s\n", s, rss_start[s],
-               rss_max[0][s], rss_max[1][s], bound_kb, stated, open);
+        printf("  %5d %11ld kB %10ld kB %10ld kB %10ld kB %18ld kB %24s %24s\n", s, rss_start[s],
+               rss_max[0][s], rss_max[1][s], rss_end[s], bound_kb, stated, open);
     }
 
     /* Accounting, per shard. */
@@ -1164,8 +1210,9 @@ static void test_soak(void **state)
         else if (rep[i].note[0])
             printf("  %s: %s\n", role_names[i], rep[i].note);
         if (i < WORKERS && (rep[i].pull_failures || rep[i].rejoined || rep[i].last_code))
-            printf("  %s: %" PRIu64 " failed pulls, rejoined %" PRIu64 " times, last code %s\n",
-                   role_names[i], rep[i].pull_failures, rep[i].rejoined,
+            printf("  %s: %" PRIu64 " failed pulls (%" PRIu64 " ZPS_EBUSY), rejoined %" PRIu64
+                   " times, last code %s\n",
+                   role_names[i], rep[i].pull_failures, rep[i].pulls_busy, rep[i].rejoined,
                    zps_errname(rep[i].last_code));
     }
     if (why_stopped[0])
@@ -1186,6 +1233,19 @@ static void test_soak(void **state)
         if (rep[i].failed)
             fail_msg("%s: %s", role_names[i], rep[i].note);
     }
+    for (int s = 0; s < SHARDS; s++) {
+        long allowed = rss_start[s] +
+                       (long)((RETAINED_COPIES * SHARD_N * sizeof(float) + RETAINED_SLACK) / KiB);
+        if (rss_end[s] < 0 || rss_end[s] > allowed)
+            fail_msg("shard %d holds %ld kB once every peer has gone (%.0f connections open), "
+                     "more than its %ld kB at start and what it keeps for reuse (%ld kB allowed)",
+                     s, rss_end[s], open_end[s], rss_start[s], allowed);
+    }
+    for (int w = 0; w < WORKERS; w++)
+        if (rep[w].pulls_busy)
+            fail_msg("%s: %" PRIu64 " pulls refused with ZPS_EBUSY (the slow reader's worker 4 "
+                     "holds only its own share of the reply copies)",
+                     role_names[w], rep[w].pulls_busy);
     if (ratio < 0.5)
         fail_msg("honest step rate %.1f/s with hostile peers, %.1f/s without: ratio %.2f < 0.5",
                  rate[1], rate[0], ratio);
