@@ -48,6 +48,7 @@
 #include "log.h"
 #include "checksum.h"
 #include "seal.h"
+#include "shm_guard.h"
 #include "shm_layout.h"
 #include "shard.h"
 #include "strbuf.h"
@@ -58,6 +59,14 @@
 #define SEND_AGAIN_MS 50     /* a request the socket could not take is tried again after this */
 #define WAIT_LOG_FACTOR 3    /* later wait records come this many times further apart */
 #define SEAL_CONNECT_MS 3000 /* a sealed socket not reached by then is given up (CURVE alone) */
+/*
+ * The largest frame a client takes from a server's socket (ZMQ_MAXMSGSIZE;
+ * a larger one ends the connection before it is allocated): a header with
+ * its JSON (a STATS reply) or a payload frame, which a server cuts at
+ * ZPS_WIRE_FRAME_BYTES. A sealed socket carries a payload in one frame: its
+ * bound is the model's size when the client knows it (seal_granted).
+ */
+#define REPLY_FRAME_MAX ((int64_t)16 << 20)
 
 typedef struct conn {
     char *endpoint;
@@ -576,8 +585,15 @@ static void seal_granted(zps_client_t *c, conn_t *k, zps_message_t *m)
     sodium_memzero(key, sizeof(key));
     k->dsock = zmq_socket(c->ctx, ZMQ_DEALER);
     int linger = 0;
+    /* A reply's payload in one frame: at most the whole model's values (the
+     * widest kind, float32), once the client knows its size. */
+    uint64_t n = c->total > k->count ? c->total : k->count;
+    int64_t maxmsg = -1;
+    if (n > 0 && n < (uint64_t)INT64_MAX / 8)
+        maxmsg = (int64_t)(n * sizeof(float)) + REPLY_FRAME_MAX;
     if (k->dsock) {
         zmq_setsockopt(k->dsock, ZMQ_LINGER, &linger, sizeof(linger));
+        zmq_setsockopt(k->dsock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg));
         allow_ipv6(k->dsock, where);
         k->dmon = attach_monitor(c, k, k->dsock, ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECTED);
     }
@@ -608,8 +624,10 @@ static struct zps_seal *find_seal(void *arg, const unsigned char *id, zps_peer_t
 /* Ends k's shared-memory session on this side; the next send asks again (unless refused). */
 static void shm_end(conn_t *k)
 {
-    if (k->shm_base)
+    if (k->shm_base) {
+        zps_shm_guard_remove(k->shm_base);
         munmap(k->shm_base, k->shm_size);
+    }
     k->shm_base = NULL;
     k->shm_size = 0;
     k->shm_slot = NULL;
@@ -659,7 +677,8 @@ static bool shm_map(zps_client_t *c, conn_t *k, const char *name, const char *to
               rank < l.workers && l.nbufs > 0 && l.size == size && l.buf_offset <= size &&
               l.nbufs <= (size - l.buf_offset) / l.stride && l.slot_offset <= size &&
               l.workers <= (size - l.slot_offset) / l.stride;
-    if (!ok) {
+    /* Cut short later by another process, it ends the session, not us (shm_guard.h). */
+    if (!ok || zps_shm_guard_add(base, (size_t)st.st_size) != 0) {
         munmap(base, (size_t)st.st_size);
         return false;
     }
@@ -707,11 +726,25 @@ static void shm_granted(zps_client_t *c, conn_t *k, zps_message_t *m)
               (unsigned long long)k->shm_len);
 }
 
+/*
+ * Gives up k's shared memory for the rest of the client's life: what it
+ * carried goes over the socket. For a segment that another process has cut
+ * short or scribbled on, which the next session would meet again.
+ */
+static void shm_give_up(conn_t *k, const char *why)
+{
+    zps_warn("%s: %s; the socket carries everything to this server from now", k->endpoint, why);
+    shm_end(k);
+    k->shm_state = SHM_REFUSED;
+}
+
 /* Whether k's request in progress goes through shared memory: then its payload is in the slot. */
 static bool shm_use(conn_t *k)
 {
     if (k->shm_state == SHM_ON && k->drops != k->shm_drops)
         shm_end(k); /* the connection dropped: the server ended the session */
+    if (k->shm_state == SHM_ON && zps_shm_guard_lost(k->shm_base))
+        shm_give_up(k, "its shared memory was cut short by another process");
     bool bulk = k->req.type == ZPS_MSG_PULL || (k->req.type == ZPS_MSG_PUSH && k->payload);
     if (k->shm_state != SHM_ON || !bulk || (k->req.flags & ZPS_FLAG_BF16) ||
         (k->req.type == ZPS_MSG_PUSH && k->count != k->shm_len)) {
@@ -722,6 +755,11 @@ static bool shm_use(conn_t *k)
         /* Its checksum was computed from the caller's buffer (sum_slices). */
         memcpy(k->shm_slot, k->payload, k->count * sizeof(float));
         k->shm_written_id = k->req.request_id;
+        if (zps_shm_guard_lost(k->shm_base)) {
+            shm_give_up(k, "its shared memory was cut short by another process");
+            k->req.flags &= ~(uint32_t)ZPS_FLAG_SHM;
+            return false;
+        }
     }
     k->req.flags |= ZPS_FLAG_SHM;
     return true;
@@ -746,7 +784,9 @@ static int open_conn(zps_client_t *c, conn_t *k)
         return ZPS_ESOCKET;
     }
     int linger = 0;
+    int64_t maxmsg = REPLY_FRAME_MAX;
     zmq_setsockopt(k->sock, ZMQ_LINGER, &linger, sizeof(linger));
+    zmq_setsockopt(k->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg));
     allow_ipv6(k->sock, k->endpoint);
     open_monitor(c, k);
     if (zmq_connect(k->sock, k->endpoint) != 0) {
@@ -774,12 +814,14 @@ static void *heartbeat_main(void *arg)
     if (!socks || !items)
         goto done;
     int zero = 0, one = 1;
+    int64_t maxmsg = REPLY_FRAME_MAX;
     for (size_t i = 0; i < n; i++) {
         socks[i] = zmq_socket(c->ctx, ZMQ_DEALER);
         if (!socks[i] || secure(c, socks[i]) != 0)
             goto done;
         zmq_setsockopt(socks[i], ZMQ_LINGER, &zero, sizeof(zero));
         zmq_setsockopt(socks[i], ZMQ_IMMEDIATE, &one, sizeof(one));
+        zmq_setsockopt(socks[i], ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg));
         allow_ipv6(socks[i], c->conns[i].endpoint);
         zmq_connect(socks[i], c->conns[i].endpoint);
         items[i + 1].socket = socks[i];
@@ -1102,6 +1144,17 @@ static void begin(zps_client_t *c, enum zps_msg_type type)
 }
 
 /* Takes one reply off shard k's socket, if one is there. */
+static const char *request_name(const zps_header_t *h);
+
+/* Whether a reply of h's type answers request req: its own type, or PULL for an exchange. */
+static bool reply_fits(const zps_header_t *req, const zps_header_t *h)
+{
+    if (h->type == req->type)
+        return true;
+    return req->type == ZPS_MSG_PUSH && (req->flags & ZPS_FLAG_EXCHANGE) &&
+           h->type == ZPS_MSG_PULL;
+}
+
 static int take_reply(zps_client_t *c, conn_t *k)
 {
     for (;;) {
@@ -1147,10 +1200,18 @@ static int take_reply(zps_client_t *c, conn_t *k)
             continue;
         }
         bool ours = m.hdr.reply && m.hdr.request_id == k->req.request_id;
-        if (ours && k->pending && m.hdr.status == ZPS_ESHM && (k->req.flags & ZPS_FLAG_SHM)) {
+        if (ours && k->pending && (m.hdr.status == ZPS_ESHM || m.hdr.status == ZPS_ECHECKSUM) &&
+            (k->req.flags & ZPS_FLAG_SHM)) {
             /* The server has no session for this connection (it dropped
-             * and came back): over the socket, at once; ask again. */
-            zps_debug("%s: the server has no shared-memory session for us", k->endpoint);
+             * and came back, or its segment is gone): over the socket, at
+             * once; ask again. A gradient that failed its checksum in the
+             * slot was scribbled on there by another process of this user:
+             * over the socket, and the slot is not used again. */
+            if (m.hdr.status == ZPS_ECHECKSUM)
+                shm_give_up(k, "the gradient in its shared-memory slot was changed under us "
+                               "(it failed its checksum at the server)");
+            else
+                zps_debug("%s: the server has no shared-memory session for us", k->endpoint);
             zps_message_close(&m);
             shm_end(k);
             if (send_request(c, k) != 0)
@@ -1162,6 +1223,12 @@ static int take_reply(zps_client_t *c, conn_t *k)
              * or after that call gave up): not ours to use. */
             zps_message_close(&m);
             continue;
+        }
+        if (rc == 0 && !reply_fits(&k->req, &m.hdr)) {
+            set_error(c, "%s: a reply of type %u to our %s request: not a zps server's answer",
+                      k->endpoint, (unsigned)m.hdr.type, request_name(&k->req));
+            zps_message_close(&m);
+            return ZPS_ETYPE;
         }
         if (rc) {
             set_error(c, "%s: bad reply: %s", k->endpoint, zps_strerror(rc));
@@ -1835,7 +1902,9 @@ static int check_pull_replies(zps_client_t *c, uint64_t *total)
 /*
  * A pull reply whose parameters are in k's shared memory: copied into dst
  * with their checksum checked. The buffer is the session's until its next
- * request.
+ * request. ZPS_ESHM when they cannot be had from there (changed under us by
+ * another process of this user, or a buffer the session does not have):
+ * the session is given up, and the caller pulls again over the socket.
  */
 static int copy_shm(zps_client_t *c, conn_t *k, float *dst)
 {
@@ -1845,12 +1914,16 @@ static int copy_shm(zps_client_t *c, conn_t *k, float *dst)
                   "%s: a shared-memory reply (buffer %u, %llu elements) that this client's "
                   "session cannot hold",
                   k->endpoint, h->shm_buffer, (unsigned long long)h->length);
+        shm_give_up(k, "a shared-memory reply that its session cannot hold");
         return ZPS_ESHM;
     }
     const unsigned char *src = k->shm_base + k->shm_buf_offset + h->shm_buffer * k->shm_stride;
-    if (zps_crc32c_copy(0, dst, src, h->length * sizeof(float)) != h->checksum) {
+    if (zps_crc32c_copy(0, dst, src, h->length * sizeof(float)) != h->checksum ||
+        zps_shm_guard_lost(k->shm_base)) {
         set_error(c, "%s: the pulled parameters in shared memory fail their checksum", k->endpoint);
-        return ZPS_ECHECKSUM;
+        shm_give_up(k, "the parameters in its shared memory were changed under us (they failed "
+                       "their checksum)");
+        return ZPS_ESHM;
     }
     return 0;
 }
@@ -1911,10 +1984,9 @@ static int take_pulled(zps_client_t *c, float *out, uint64_t n, zps_reply_info_t
     return rc;
 }
 
-int zps_client_pull(zps_client_t *c, uint64_t clock, float *out, uint64_t n, zps_reply_info_t *info)
+static int pull_once(zps_client_t *c, uint64_t clock, float *out, uint64_t n,
+                     zps_reply_info_t *info)
 {
-    if (n == 0 || !out)
-        return ZPS_EINVAL;
     begin(c, ZPS_MSG_PULL);
     attach_slices(c, NULL, n);
     set_pull_clock(c, clock);
@@ -1924,8 +1996,18 @@ int zps_client_pull(zps_client_t *c, uint64_t clock, float *out, uint64_t n, zps
     return rc ? rc : take_pulled(c, out, n, info, "the pull is refused");
 }
 
-int zps_client_pull_alloc(zps_client_t *c, uint64_t clock, float **out, uint64_t *n,
-                          zps_reply_info_t *info)
+/* A pull whose parameters could not be had from shared memory (copy_shm) is made again over the
+ * socket: a pull changes nothing at the server. */
+int zps_client_pull(zps_client_t *c, uint64_t clock, float *out, uint64_t n, zps_reply_info_t *info)
+{
+    if (n == 0 || !out)
+        return ZPS_EINVAL;
+    int rc = pull_once(c, clock, out, n, info);
+    return rc == ZPS_ESHM ? pull_once(c, clock, out, n, info) : rc;
+}
+
+static int pull_alloc_once(zps_client_t *c, uint64_t clock, float **out, uint64_t *n,
+                           zps_reply_info_t *info)
 {
     begin(c, ZPS_MSG_PULL);
     set_pull_clock(c, clock);
@@ -1952,6 +2034,13 @@ int zps_client_pull_alloc(zps_client_t *c, uint64_t clock, float **out, uint64_t
     *out = v;
     *n = total;
     return 0;
+}
+
+int zps_client_pull_alloc(zps_client_t *c, uint64_t clock, float **out, uint64_t *n,
+                          zps_reply_info_t *info)
+{
+    int rc = pull_alloc_once(c, clock, out, n, info);
+    return rc == ZPS_ESHM ? pull_alloc_once(c, clock, out, n, info) : rc;
 }
 
 /*
@@ -2070,7 +2159,10 @@ int zps_client_exchange(zps_client_t *c, uint64_t clock, const float *grad, uint
             zps_message_close(&c->conns[i].reply);
         return rc;
     }
-    return take_pulled(c, out, n, info, "the exchange's pull is refused");
+    rc = take_pulled(c, out, n, info, "the exchange's pull is refused");
+    /* The push is taken; the parameters it brought back could not be had from shared memory
+     * (copy_shm): the pull of the next clock again, over the socket (info stays the exchange's). */
+    return rc == ZPS_ESHM ? pull_once(c, clock + 1, out, n, NULL) : rc;
 }
 
 bool zps_client_push_taken(const zps_client_t *c, size_t index)

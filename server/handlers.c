@@ -874,7 +874,7 @@ void zps_handle_shm(zps_daemon_t *d, zps_request_t *r)
         return;
     }
     char token[2 * ZPS_SHM_TOKEN_BYTES + 1], json[256];
-    zps_seal_hex(d->shm.layout->token, ZPS_SHM_TOKEN_BYTES, token);
+    zps_seal_hex(d->shm.layout.token, ZPS_SHM_TOKEN_BYTES, token);
     snprintf(json, sizeof(json), "{\"name\":\"%s\",\"token\":\"%s\"}", d->shm.name, token);
     zps_header_t h;
     zps_reply_header(d, r, &h);

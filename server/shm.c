@@ -18,6 +18,7 @@
 #include "checksum.h"
 #include "error.h"
 #include "log.h"
+#include "shm_guard.h"
 #include "wire.h"
 
 #define PAGE 4096u
@@ -82,32 +83,49 @@ int zps_shm_create(zps_shm_t *s, uint64_t len, uint32_t workers, uint32_t shard_
     zps_shm_buf_t *bufs = calloc(nbufs, sizeof(*bufs));
     zps_shm_session_t *sessions = calloc(workers, sizeof(*sessions));
     zps_shm_copy_t *copies = calloc((size_t)workers * ZPS_SHM_COPIES, sizeof(*copies));
-    if (!bufs || !sessions || !copies) {
+    bool *slot_reserved = calloc(workers, sizeof(*slot_reserved));
+    if (!bufs || !sessions || !copies || !slot_reserved) {
         free(bufs);
         free(sessions);
         free(copies);
+        free(slot_reserved);
         return ZPS_ENOMEM;
     }
     snprintf(s->name, sizeof(s->name), "/zps-%ld-%u-%u", (long)getpid(), shard_index, serial++);
-    int fd = shm_open(s->name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    int fd = shm_open(s->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     void *base = MAP_FAILED;
-    if (fd >= 0 && ftruncate(fd, (off_t)size) == 0)
-        base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     int err = errno;
-    if (fd >= 0)
-        close(fd);
+    const char *what = "cannot create shared memory";
+    /* Only the first page is allocated now (the regions are, as they are
+     * first used): a size set by ftruncate reserves nothing. */
+    if (fd >= 0 && ftruncate(fd, (off_t)size) != 0)
+        err = errno;
+    else if (fd >= 0 && (err = posix_fallocate(fd, 0, PAGE)) != 0)
+        what = "no room for shared memory";
+    else if (fd >= 0 && (base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) ==
+                            MAP_FAILED)
+        err = errno;
+    if (base != MAP_FAILED && zps_shm_guard_add(base, size) != 0) {
+        munmap(base, size);
+        base = MAP_FAILED;
+        err = EMFILE;
+        what = "too many shared mappings in this process for";
+    }
     if (base == MAP_FAILED) {
-        zps_set_reason(why, why_size, "cannot create shared memory %s (%llu bytes): %s", s->name,
+        zps_set_reason(why, why_size, "%s %s (%llu bytes): %s", what, s->name,
                        (unsigned long long)size, strerror(err));
-        if (fd >= 0)
+        if (fd >= 0) {
+            close(fd);
             shm_unlink(s->name);
+        }
         s->name[0] = '\0';
         free(bufs);
         free(sessions);
         free(copies);
+        free(slot_reserved);
         return ZPS_EIO;
     }
-    zps_shm_layout_t *l = base;
+    zps_shm_layout_t *l = &s->layout;
     memset(l, 0, sizeof(*l));
     memcpy(l->magic, ZPS_SHM_MAGIC, sizeof(l->magic));
     randombytes_buf(l->token, sizeof(l->token));
@@ -118,13 +136,15 @@ int zps_shm_create(zps_shm_t *s, uint64_t len, uint32_t workers, uint32_t shard_
     l->buf_offset = PAGE;
     l->slot_offset = PAGE + stride * nbufs;
     l->size = size;
+    memcpy(base, l, sizeof(*l));
     for (uint32_t i = 0; i < workers; i++) {
         sessions[i].fd = -1;
         sessions[i].lent = -1;
     }
+    s->fd = fd;
     s->base = base;
-    s->layout = l;
     s->bufs = bufs;
+    s->slot_reserved = slot_reserved;
     s->sessions = sessions;
     s->copies = copies;
     s->nsessions = workers;
@@ -134,10 +154,14 @@ int zps_shm_create(zps_shm_t *s, uint64_t len, uint32_t workers, uint32_t shard_
 void zps_shm_destroy(zps_shm_t *s)
 {
     if (s->base) {
-        munmap(s->base, s->layout->size);
-        shm_unlink(s->name);
+        zps_shm_guard_remove(s->base);
+        munmap(s->base, s->layout.size);
+        close(s->fd);
+        if (!s->lost)
+            shm_unlink(s->name);
     }
     free(s->bufs);
+    free(s->slot_reserved);
     free(s->sessions);
     /* The messages built on the copies are closed by now (the daemon's
      * buffered pushes go first). */
@@ -149,13 +173,13 @@ void zps_shm_destroy(zps_shm_t *s)
 
 uint64_t zps_shm_bytes(const zps_shm_t *s)
 {
-    return s->base ? s->layout->size : 0;
+    return s->base ? s->layout.size : 0;
 }
 
 void zps_shm_touched(const zps_shm_t *s, uint32_t *buffers, uint32_t *copies)
 {
     uint32_t b = 0, c = 0;
-    for (uint32_t i = 0; s->base && i < s->layout->nbufs; i++)
+    for (uint32_t i = 0; s->base && i < s->layout.nbufs; i++)
         b += s->bufs[i].used;
     for (uint32_t i = 0; s->copies && i < s->nsessions * ZPS_SHM_COPIES; i++)
         c += s->copies[i].data != NULL;
@@ -178,8 +202,48 @@ static void end_session(zps_shm_t *s, zps_shm_session_t *x)
     s->active--;
 }
 
+/*
+ * Whether the segment was cut short under us (shm.h): then, once, every
+ * session ends, its name goes, and it serves no one for the rest of the run.
+ */
+static bool lost(zps_shm_t *s)
+{
+    if (s->lost || !s->base || !zps_shm_guard_lost(s->base))
+        return s->lost;
+    s->lost = true;
+    for (uint32_t i = 0; i < s->nsessions; i++)
+        if (s->sessions[i].fd >= 0)
+            end_session(s, &s->sessions[i]);
+    for (uint32_t i = 0; i < s->layout.nbufs; i++)
+        s->bufs[i].valid = false;
+    shm_unlink(s->name);
+    zps_warn("shared memory %s was cut short by another process: its sessions end, and the "
+             "workers on this host go on over the socket",
+             s->name);
+    return true;
+}
+
+/*
+ * Allocates the pages of region `index` at `offset` before anything touches
+ * them: 0, or the errno of a full /dev/shm (logged once).
+ */
+static int reserve_region(zps_shm_t *s, uint64_t offset, uint32_t index, const char *what)
+{
+    int err = posix_fallocate(s->fd, (off_t)(offset + (uint64_t)index * s->layout.stride),
+                              (off_t)s->layout.stride);
+    if (err && !s->no_room_logged) {
+        s->no_room_logged = true;
+        zps_warn("shared memory %s: no room for %s (%llu bytes): %s; what it would have carried "
+                 "goes over the socket",
+                 s->name, what, (unsigned long long)s->layout.stride, strerror(err));
+    }
+    return err;
+}
+
 zps_shm_session_t *zps_shm_find(zps_shm_t *s, int fd)
 {
+    if (lost(s))
+        return NULL;
     for (uint32_t i = 0; i < s->nsessions && fd >= 0; i++)
         if (s->sessions[i].fd == fd)
             return &s->sessions[i];
@@ -192,6 +256,12 @@ zps_shm_session_t *zps_shm_grant(zps_shm_t *s, int fd, uint32_t rank, char *why,
         zps_set_reason(why, why_size, "no shared-memory slot for worker %u", rank);
         return NULL;
     }
+    if (lost(s)) {
+        zps_set_reason(why, why_size,
+                       "this shard's shared memory was cut short by another process: none for "
+                       "the rest of the run");
+        return NULL;
+    }
     zps_shm_session_t *mine = zps_shm_find(s, fd);
     if (mine)
         end_session(s, mine);
@@ -201,6 +271,15 @@ zps_shm_session_t *zps_shm_grant(zps_shm_t *s, int fd, uint32_t rank, char *why,
         zps_set_reason(why, why_size,
                        "worker %u's shared-memory slot is held by another connection", rank);
         return NULL;
+    }
+    if (!s->slot_reserved[rank]) {
+        int err = reserve_region(s, s->layout.slot_offset, rank, "a worker's slot");
+        if (err) {
+            zps_set_reason(why, why_size, "no room in /dev/shm for worker %u's slot: %s", rank,
+                           strerror(err));
+            return NULL;
+        }
+        s->slot_reserved[rank] = true;
     }
     x->fd = fd;
     x->rank = rank;
@@ -224,7 +303,7 @@ void zps_shm_release(zps_shm_t *s, zps_shm_session_t *x)
 
 static unsigned char *region(const zps_shm_t *s, uint64_t offset, uint32_t index)
 {
-    return (unsigned char *)s->base + offset + (uint64_t)index * s->layout->stride;
+    return (unsigned char *)s->base + offset + (uint64_t)index * s->layout.stride;
 }
 
 /* ZeroMQ's free function for a message on a private copy: called when it is closed. */
@@ -255,13 +334,14 @@ static int copy_msg(zps_shm_t *s, const zps_shm_session_t *x, uint64_t len, zmq_
 int zps_shm_take_push(zps_shm_t *s, const zps_shm_session_t *x, uint64_t len, uint32_t crc,
                       zmq_msg_t *out, size_t *first_bad, float *abs_max)
 {
-    if (len != s->layout->len)
+    if (len != s->layout.len)
         return ZPS_ELENGTH;
     if (copy_msg(s, x, len, out) != 0)
         return ZPS_ENOMEM;
-    const float *slot = (const float *)region(s, s->layout->slot_offset, x->rank);
+    const float *slot = (const float *)region(s, s->layout.slot_offset, x->rank);
     /* The copy is what is checked and used: the slot may change under us. */
-    if (zps_crc_copy_scan_max(zmq_msg_data(out), slot, len, first_bad, abs_max) != crc) {
+    uint32_t got = zps_crc_copy_scan_max(zmq_msg_data(out), slot, len, first_bad, abs_max);
+    if (lost(s) || got != crc) {
         zmq_msg_close(out);
         return ZPS_ECHECKSUM;
     }
@@ -290,20 +370,26 @@ static bool better_to_write(const zps_shm_buf_t *b, const zps_shm_buf_t *p)
  * needs at once, not all workers + 2: under BSP every session has let go of
  * version t by the step that writes t + 1, and that step writes over it.
  */
-static int free_buf(const zps_shm_t *s)
+static int free_buf(zps_shm_t *s)
 {
     int pick = -1;
-    for (uint32_t i = 0; i < s->layout->nbufs; i++) {
+    for (uint32_t i = 0; i < s->layout.nbufs; i++) {
         const zps_shm_buf_t *b = &s->bufs[i];
-        if (b->lent == 0 && (pick < 0 || better_to_write(b, &s->bufs[pick])))
+        if (b->lent == 0 && !b->no_room && (pick < 0 || better_to_write(b, &s->bufs[pick])))
             pick = (int)i;
+    }
+    /* Its pages, before the first write (shm.h); without them it is never used. */
+    if (pick >= 0 && !s->bufs[pick].used &&
+        reserve_region(s, s->layout.buf_offset, (uint32_t)pick, "a parameter buffer") != 0) {
+        s->bufs[pick].no_room = true;
+        return -1;
     }
     return pick;
 }
 
 float *zps_shm_reserve(zps_shm_t *s, int *index)
 {
-    if (!s->base || s->active == 0)
+    if (!s->base || lost(s) || s->active == 0)
         return NULL;
     int pick = free_buf(s);
     if (pick < 0)
@@ -311,7 +397,7 @@ float *zps_shm_reserve(zps_shm_t *s, int *index)
     s->bufs[pick].valid = false;
     s->bufs[pick].used = true;
     *index = pick;
-    return (float *)region(s, s->layout->buf_offset, (uint32_t)pick);
+    return (float *)region(s, s->layout.buf_offset, (uint32_t)pick);
 }
 
 void zps_shm_fill(zps_shm_t *s, int index, uint64_t version, uint32_t crc)
@@ -325,11 +411,13 @@ void zps_shm_fill(zps_shm_t *s, int index, uint64_t version, uint32_t crc)
 int zps_shm_lend(zps_shm_t *s, zps_shm_session_t *x, const float *params, uint64_t len,
                  uint64_t version, uint32_t *buf, uint32_t *crc)
 {
-    if (len != s->layout->len)
+    if (len != s->layout.len)
         return ZPS_ELENGTH;
     release_buf(s, x);
+    if (lost(s))
+        return ZPS_EBUSY;
     int pick = -1;
-    for (uint32_t i = 0; i < s->layout->nbufs; i++) {
+    for (uint32_t i = 0; i < s->layout.nbufs; i++) {
         if (s->bufs[i].valid && s->bufs[i].version == version) {
             pick = (int)i;
             break;
@@ -342,8 +430,10 @@ int zps_shm_lend(zps_shm_t *s, zps_shm_session_t *x, const float *params, uint64
         zps_shm_buf_t *b = &s->bufs[pick];
         b->valid = false;
         b->used = true;
-        b->crc = zps_crc32c_copy(0, region(s, s->layout->buf_offset, (uint32_t)pick), params,
+        b->crc = zps_crc32c_copy(0, region(s, s->layout.buf_offset, (uint32_t)pick), params,
                                  len * sizeof(float));
+        if (lost(s)) /* cut short while it was written */
+            return ZPS_EBUSY;
         b->version = version;
         b->valid = true;
     }

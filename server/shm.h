@@ -27,6 +27,17 @@
  * it out by then, and checks its CRC32C); the server writes only buffers no
  * session holds, and there are workers + 2 of them, so one is always free.
  *
+ * The segment is the same user's to write, so nothing the server reads from
+ * it is trusted but data: its sizes, offsets and counts are the server's own
+ * copy (zps_shm_t.layout). Its pages are allocated (fallocate) before they
+ * are first touched -- the first page when the segment is made, a rank's
+ * slot when its first session is granted, a buffer when it is first
+ * written -- so a full /dev/shm means no session, or replies over the
+ * socket, never a SIGBUS. A segment cut short afterwards (ftruncate by
+ * another process of this user) is caught by shm_guard.h: every session
+ * ends, the segment is given up for the rest of the run, and the workers go
+ * on over the socket.
+ *
  * Not here: the messages (wire.h), when a reply is due (consistency/), the
  * client's side (client/client.c). Loop thread only.
  */
@@ -48,6 +59,7 @@ typedef struct zps_shm_buf {
     uint32_t crc;
     bool valid;
     bool used;     /* written at least once: its pages are resident */
+    bool no_room;  /* its pages could not be allocated: never written */
     uint32_t lent; /* sessions that may still be reading it */
 } zps_shm_buf_t;
 
@@ -65,9 +77,16 @@ typedef struct zps_shm_session {
 
 typedef struct zps_shm {
     char name[ZPS_SHM_NAME_MAX]; /* shm_open name; "" until created */
+    int fd;                      /* the segment's, kept to reserve its regions */
     void *base;
-    zps_shm_layout_t *layout; /* = base */
+    /* What the server wrote on the segment's first page, kept here: every
+     * size, offset and count is read from this copy, never from the
+     * segment, which any process of this user can write. */
+    zps_shm_layout_t layout;
     zps_shm_buf_t *bufs;
+    bool *slot_reserved; /* per rank: its slot's pages are allocated */
+    bool lost;           /* the segment was cut short under us (shm_guard.h) */
+    bool no_room_logged;
     zps_shm_session_t *sessions; /* one per rank at most */
     zps_shm_copy_t *copies;      /* ZPS_SHM_COPIES per rank */
     uint32_t nsessions;
