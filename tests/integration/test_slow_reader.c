@@ -37,8 +37,8 @@
 #define PULLS_PER_PUSH 2 /* per observer */
 
 /*
- * The server may hold: the shard (4 MB), at most 1 + 4 copies for the
- * worker's replies and 4 for observers' (36 MB), a push being received
+ * The server may hold: the shard (4 MB), at most 2W + 1 = 3 copies for the
+ * worker's replies and 4 for observers' (28 MB), a push being received
  * (4 MB), and the allocator's and ZeroMQ's own. Without a bound on the
  * copies it passes this within a few dozen pushes.
  */
