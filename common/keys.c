@@ -411,6 +411,62 @@ static int open_regular(const char *path, bool nofollow, struct stat *st, char *
 }
 
 /*
+ * What a key file's owner and mode must be, checked on the opened file
+ * (fstat, so a file swapped in after the check is never the one read; for
+ * a file reached through a symbolic link, the file itself).
+ */
+typedef struct file_rule {
+    const char *what;  /* "secret key file", in messages */
+    bool owner;        /* owned by this process's user or root */
+    mode_t forbidden;  /* mode bits refused */
+    const char *loose; /* "which lets group or others use it; make it private with" */
+    const char *chmod; /* the fix, "chmod 600" */
+} file_rule_t;
+
+static const file_rule_t secret_rule = {"secret key file", true, 077,
+                                        "which lets group or others use it; make it private with",
+                                        "chmod 600"};
+/* Anyone who can write the list can add a key of their own, with any role. */
+static const file_rule_t authkeys_rule = {
+    "authorized keys file", true, 022,
+    "which lets group or others write it, and so add a key of their own; make it writable by "
+    "its owner only with",
+    "chmod go-w"};
+/* A client trusts whichever server holds the secret of this key: one that
+ * others may write could be swapped for a key of theirs. Its owner is not
+ * checked: a server's public key is handed out, often as a copy owned by
+ * whoever distributes it. */
+static const file_rule_t pubkey_rule = {
+    "public key file", false, 022,
+    "which lets group or others write it, and so put a key of their own in its place; make it "
+    "writable by its owner only with",
+    "chmod go-w"};
+
+/* Returns 0, or ZPS_EINVAL with why naming the file, what is wrong and the fix. */
+static int check_file(const file_rule_t *r, const char *path, const struct stat *st, char *why,
+                      size_t why_size)
+{
+    bool loose = (st->st_mode & r->forbidden) != 0;
+    uid_t me = geteuid();
+    if (r->owner && st->st_uid != me && st->st_uid != 0) {
+        /* Its owner may rewrite it (or chmod it) whatever its mode now. */
+        zps_set_reason(why, why_size,
+                       "%s %s is owned by uid %u, not by this process's user (uid %u) or root, "
+                       "so that user can change it; make it this user's with: chown %u %s%s%s%s%s",
+                       r->what, path, (unsigned)st->st_uid, (unsigned)me, (unsigned)me, path,
+                       loose ? " && " : "", loose ? r->chmod : "", loose ? " " : "",
+                       loose ? path : "");
+        return ZPS_EINVAL;
+    }
+    if (loose) {
+        zps_set_reason(why, why_size, "%s %s has mode %04o, %s: %s %s", r->what, path,
+                       (unsigned)(st->st_mode & 07777), r->loose, r->chmod, path);
+        return ZPS_EINVAL;
+    }
+    return 0;
+}
+
+/*
  * Reads the whole of fd, at most max bytes, into a malloc'd buffer (*out,
  * *len; the caller frees, after wiping when it held a secret). Returns 0,
  * ZPS_EIO, ZPS_EINVAL (longer than max) or ZPS_ENOMEM.
@@ -468,13 +524,9 @@ int zps_keypair_load(const char *path, zps_keypair_t *kp, char *why, size_t why_
     if (fd < 0)
         return ZPS_EIO;
     /* Like ssh with its keys: a secret others may read is no longer a
-     * secret, and one others may write is not ours. Refused before a byte
-     * of it is read. */
-    if ((st.st_mode & 077) != 0) {
-        zps_set_reason(why, why_size,
-                       "secret key file %s has mode %04o, which lets group or others use it; "
-                       "make it private with: chmod 600 %s",
-                       path, (unsigned)(st.st_mode & 07777), path);
+     * secret, and one others may write (or own) is not ours. Refused
+     * before a byte of it is read. */
+    if (check_file(&secret_rule, path, &st, why, why_size) != 0) {
         close(fd);
         return ZPS_EINVAL;
     }
@@ -532,6 +584,10 @@ int zps_pubkey_load(const char *path, uint8_t key[ZPS_KEY_BYTES], char *why, siz
     int fd = open_regular(path, false, &st, why, why_size);
     if (fd < 0)
         return ZPS_EIO;
+    if (check_file(&pubkey_rule, path, &st, why, why_size) != 0) {
+        close(fd);
+        return ZPS_EINVAL;
+    }
     char *text = NULL;
     size_t len = 0;
     int rc = read_all(fd, path, KEY_FILE_MAX, &text, &len, why, why_size);
@@ -855,6 +911,10 @@ int zps_authkeys_load(const char *path, uint32_t workers, zps_authkeys_t **out, 
     int fd = open_regular(path, false, &st, why, why_size);
     if (fd < 0)
         return ZPS_EIO;
+    if (check_file(&authkeys_rule, path, &st, why, why_size) != 0) {
+        close(fd);
+        return ZPS_EINVAL;
+    }
     char *text = NULL;
     size_t len = 0;
     int rc = read_all(fd, path, ZPS_KEYS_FILE_MAX, &text, &len, why, why_size);

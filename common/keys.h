@@ -6,8 +6,8 @@
  *
  *   - key pairs: generated with libzmq's CURVE (zmq_curve_keypair), written
  *     as PREFIX.key (secret) and PREFIX.pub (public), and loaded back with
- *     the checks a secret deserves (a regular file, not a link, no access
- *     for group or others);
+ *     the checks a secret deserves (a regular file, not a link, owned by
+ *     this process's user or root, no access for group or others);
  *   - the authorized keys file: which public keys may talk to a server and
  *     in which role (worker for some ranks, admin, reader), parsed
  *     all-or-nothing into a new object, so a reload that fails leaves the
@@ -67,6 +67,25 @@
  * byte. The first error in the file is reported (a key listed twice is
  * found once every line has been read).
  *
+ * ---- Owners and modes ----
+ *
+ * Checked with fstat on the opened file, before a byte is read (so it is
+ * the file read that was checked, and for a symbolic link, the file it
+ * names), at every load, a reload included:
+ *
+ *     file              owner                      refused mode bits   fix named
+ *     secret key        this process's user, root  group/others: any   chmod 600 FILE
+ *     authorized keys   this process's user, root  group/others: write chmod go-w FILE
+ *     public key        anyone                     group/others: write chmod go-w FILE
+ *
+ * "This process's user" is its effective uid; a file of another owner is
+ * refused naming the fix "chown UID FILE" (with "&& chmod ..." when its
+ * mode is wrong too). Anyone who may write the authorized keys can add a
+ * key with any role; anyone who may write a client's copy of a server's
+ * public key can put theirs in its place. A public key's owner is not
+ * checked: it is handed out, and a copy owned by whoever distributes it is
+ * usual. The folders above a file are not checked.
+ *
  * ---- Authorization ----
  *
  *     request                  admin   worker (ranks R)   reader   unlisted
@@ -84,7 +103,7 @@
  * ZPS_EIO: a file cannot be opened, read, written or renamed, is a
  * symbolic link (secret key files only), or is not a regular file (a FIFO is refused
  * without waiting for a writer). ZPS_EINVAL: the file was read but is
- * refused: a secret key file group or others may use, malformed content, a
+ * refused: an owner or mode the table above refuses, malformed content, a
  * file above its size limit; zps_keypair_write: the files exist and force
  * is off, or the prefix is unusable. ZPS_ENOMEM: out of memory. ZPS_EIO
  * from zps_keypair_generate and zps_keypair_from_secret: libzmq has no
@@ -175,17 +194,20 @@ int zps_keypair_write(const char *prefix, const zps_keypair_t *kp, bool force, c
 /*
  * Loads a secret key file (PREFIX.key) and derives its public key. Refuses
  * a symbolic link and a file that is not regular (ZPS_EIO, without
- * waiting on a FIFO), a file whose mode gives group or others any access
- * (ZPS_EINVAL; why names the file, its mode and the fix "chmod 600 FILE"),
- * and a malformed file (ZPS_EINVAL). Blocks on the file system. The buffers
+ * waiting on a FIFO), a file owned by another user than this process's or
+ * root (ZPS_EINVAL; why names the file, its owner and the fix "chown UID
+ * FILE"), a file whose mode gives group or others any access (ZPS_EINVAL;
+ * why names the file, its mode and the fix "chmod 600 FILE"), and a
+ * malformed file (ZPS_EINVAL). Blocks on the file system. The buffers
  * that held the secret are cleared before returning.
  */
 int zps_keypair_load(const char *path, zps_keypair_t *kp, char *why, size_t why_size);
 
 /*
  * Loads a public key file (PREFIX.pub): one line of 40 Z85 characters and
- * an optional newline. Refuses a file that is not regular (ZPS_EIO) and a
- * malformed one (ZPS_EINVAL). Blocks on the file system.
+ * an optional newline. Refuses a file that is not regular (ZPS_EIO), one
+ * group or others may write (ZPS_EINVAL, naming the fix "chmod go-w
+ * FILE"), and a malformed one (ZPS_EINVAL). Blocks on the file system.
  */
 int zps_pubkey_load(const char *path, uint8_t key[ZPS_KEY_BYTES], char *why, size_t why_size);
 
@@ -205,8 +227,12 @@ int zps_authkeys_parse(const char *name, const char *text, size_t len, uint32_t 
 
 /*
  * Reads the file at path (at most ZPS_KEYS_FILE_MAX bytes, a regular file;
- * a symbolic link is followed) and parses it as zps_authkeys_parse. Blocks
- * on the file system. Returns 0, ZPS_EIO, ZPS_EINVAL or ZPS_ENOMEM.
+ * a symbolic link is followed) and parses it as zps_authkeys_parse. A file
+ * owned by another user than this process's or root, or one group or
+ * others may write, is refused (ZPS_EINVAL, naming the fix: "chown UID
+ * FILE", "chmod go-w FILE"). Blocks on the file system. Returns 0,
+ * ZPS_EIO, ZPS_EINVAL or ZPS_ENOMEM; *out is untouched on failure, so a
+ * reload refused for any of these keeps the list in force.
  */
 int zps_authkeys_load(const char *path, uint32_t workers, zps_authkeys_t **out, char *why,
                       size_t why_size);

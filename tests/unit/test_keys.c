@@ -65,6 +65,8 @@ static int remove_dir(void **state)
 {
     (void)state;
     umask(saved_umask);
+    if (getuid() == 0 && geteuid() != 0 && seteuid(0) != 0) /* a test as another user failed */
+        return -1;
     return nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
@@ -917,6 +919,203 @@ static void test_authkeys_load_reload(void **state)
     free(big);
 }
 
+/* ---- owners and modes of key files (keys.h, "Owners and modes") ---- */
+
+#define OTHER_UID 12345 /* no such user is needed: root may chown a file to any uid */
+
+static char expect_mode_msg[3 * PATH_MAX];
+
+/* The refusal of a file group or others may write (authorized keys, public keys). */
+static const char *writable_msg(const char *what, const char *and_so, const char *path,
+                                unsigned mode)
+{
+    snprintf(expect_mode_msg, sizeof(expect_mode_msg),
+             "%s %s has mode %04o, which lets group or others write it, and so %s; make it "
+             "writable by its owner only with: chmod go-w %s",
+             what, path, mode, and_so, path);
+    return expect_mode_msg;
+}
+
+#define AK_AND_SO "add a key of their own"
+#define PUB_AND_SO "put a key of their own in its place"
+
+static void test_authkeys_loose_modes(void **state)
+{
+    (void)state;
+    char path[PATH_MAX], link_path[PATH_MAX], why[1024];
+    in_dir("authorized_keys", path);
+    const char *v1 = SERVER_PUB " admin\n" CLIENT_PUB " worker 0-1\n";
+    write_file(path, v1, strlen(v1), 0644);
+    zps_authkeys_t *cur = NULL;
+    assert_int_equal(zps_authkeys_load(path, 2, &cur, why, sizeof(why)), 0);
+    zps_authkeys_t *const before = cur;
+    uint8_t worker[ZPS_KEY_BYTES];
+    key_of(CLIENT_PUB, worker);
+    assert_int_equal(symlink(path, in_dir("link", link_path)), 0);
+
+    /* Writable by group or others: refused at every load, a reload keeps
+     * the list in force, and a link is judged by the file it names. */
+    const char *v2 = SERVER_PUB " admin\n";
+    write_file(path, v2, strlen(v2), 0644);
+    const mode_t loose[] = {0664, 0646, 0666, 0777, 0620, 0602, 0622, 0670, 0607, 0664 | 01000};
+    for (size_t i = 0; i < sizeof(loose) / sizeof(loose[0]); i++) {
+        assert_int_equal(chmod(path, loose[i]), 0);
+        assert_int_equal(zps_authkeys_load(path, 2, &cur, why, sizeof(why)), ZPS_EINVAL);
+        assert_string_equal(
+            why, writable_msg("authorized keys file", AK_AND_SO, path, (unsigned)loose[i]));
+        assert_ptr_equal(cur, before);
+        assert_int_equal(zps_authkeys_load(link_path, 2, &cur, why, sizeof(why)), ZPS_EINVAL);
+        assert_string_equal(
+            why, writable_msg("authorized keys file", AK_AND_SO, link_path, (unsigned)loose[i]));
+        assert_ptr_equal(cur, before);
+    }
+    assert_true(zps_authkeys_allows(cur, worker, ZPS_ACCESS_PUSH, 1, NULL, 0));
+
+    /* Readable by anyone is fine: the list holds no secret. */
+    const mode_t fine[] = {0644, 0640, 0604, 0600, 0444, 0400, 0755};
+    for (size_t i = 0; i < sizeof(fine) / sizeof(fine[0]); i++) {
+        assert_int_equal(chmod(path, fine[i]), 0);
+        zps_authkeys_t *next = NULL;
+        assert_int_equal(zps_authkeys_load(path, 2, &next, why, sizeof(why)), 0);
+        assert_int_equal(zps_authkeys_count(next), 1);
+        zps_authkeys_free(next);
+    }
+    zps_authkeys_free(cur);
+}
+
+static void test_pubkey_loose_modes(void **state)
+{
+    (void)state;
+    char ppath[PATH_MAX], plink[PATH_MAX], why[1024];
+    write_file(in_dir("s.pub", ppath), SERVER_PUB "\n", 41, 0644);
+    assert_int_equal(symlink(ppath, in_dir("link.pub", plink)), 0);
+    uint8_t want[ZPS_KEY_BYTES], k[ZPS_KEY_BYTES];
+    key_of(SERVER_PUB, want);
+    const mode_t loose[] = {0664, 0646, 0666, 0777, 0622, 0602, 0620};
+    for (size_t i = 0; i < sizeof(loose) / sizeof(loose[0]); i++) {
+        assert_int_equal(chmod(ppath, loose[i]), 0);
+        memset(k, 0x55, sizeof(k));
+        assert_int_equal(zps_pubkey_load(ppath, k, why, sizeof(why)), ZPS_EINVAL);
+        assert_string_equal(why,
+                            writable_msg("public key file", PUB_AND_SO, ppath, (unsigned)loose[i]));
+        assert_int_equal(zps_pubkey_load(plink, k, why, sizeof(why)), ZPS_EINVAL);
+        assert_string_equal(why,
+                            writable_msg("public key file", PUB_AND_SO, plink, (unsigned)loose[i]));
+        for (size_t j = 0; j < sizeof(k); j++)
+            assert_int_equal(k[j], 0x55);
+    }
+    const mode_t fine[] = {0644, 0444, 0600, 0640, 0755};
+    for (size_t i = 0; i < sizeof(fine) / sizeof(fine[0]); i++) {
+        assert_int_equal(chmod(ppath, fine[i]), 0);
+        assert_int_equal(zps_pubkey_load(ppath, k, why, sizeof(why)), 0);
+        assert_memory_equal(k, want, ZPS_KEY_BYTES);
+    }
+}
+
+/* The refusal of a file owned by another user; chmod_fix is the mode's fix too, or NULL. */
+static const char *owner_msg(const char *what, const char *path, unsigned owner, unsigned me,
+                             const char *chmod_fix)
+{
+    char tail[PATH_MAX + 32] = "";
+    if (chmod_fix)
+        snprintf(tail, sizeof(tail), " && %s %s", chmod_fix, path);
+    snprintf(expect_mode_msg, sizeof(expect_mode_msg),
+             "%s %s is owned by uid %u, not by this process's user (uid %u) or root, so that "
+             "user can change it; make it this user's with: chown %u %s%s",
+             what, path, owner, me, me, path, tail);
+    return expect_mode_msg;
+}
+
+static void test_load_owners(void **state)
+{
+    (void)state;
+    if (geteuid() != 0) {
+        /* Only root may give a file away; the refusals are covered as root. */
+        skip();
+    }
+    char kpath[PATH_MAX], apath[PATH_MAX], ppath[PATH_MAX], alink[PATH_MAX], why[1024];
+    write_file(in_dir("s.key", kpath), CLIENT_SEC "\n", 41, 0600);
+    const char *v1 = SERVER_PUB " admin\n" CLIENT_PUB " worker 0\n";
+    write_file(in_dir("authorized_keys", apath), v1, strlen(v1), 0644);
+    write_file(in_dir("s.pub", ppath), SERVER_PUB "\n", 41, 0644);
+    assert_int_equal(symlink(apath, in_dir("link", alink)), 0);
+    zps_authkeys_t *cur = NULL;
+    assert_int_equal(zps_authkeys_load(apath, 1, &cur, why, sizeof(why)), 0);
+    zps_authkeys_t *const before = cur;
+
+    /* A 0600 secret key of another user: refused, with the chown. */
+    assert_int_equal(chown(kpath, OTHER_UID, (gid_t)-1), 0);
+    zps_keypair_t kp;
+    memset(&kp, 0x55, sizeof(kp));
+    assert_int_equal(zps_keypair_load(kpath, &kp, why, sizeof(why)), ZPS_EINVAL);
+    assert_string_equal(why, owner_msg("secret key file", kpath, OTHER_UID, 0, NULL));
+    for (size_t j = 0; j < sizeof(kp); j++)
+        assert_int_equal(((uint8_t *)&kp)[j], 0x55);
+    /* ...and loose too: both fixes in one line. */
+    assert_int_equal(chmod(kpath, 0644), 0);
+    assert_int_equal(zps_keypair_load(kpath, &kp, why, sizeof(why)), ZPS_EINVAL);
+    assert_string_equal(why, owner_msg("secret key file", kpath, OTHER_UID, 0, "chmod 600"));
+    /* The fixes, as named. */
+    assert_int_equal(chown(kpath, 0, (gid_t)-1), 0);
+    assert_int_equal(zps_keypair_load(kpath, &kp, why, sizeof(why)), ZPS_EINVAL);
+    assert_int_equal(chmod(kpath, 0600), 0);
+    assert_int_equal(zps_keypair_load(kpath, &kp, why, sizeof(why)), 0);
+    /* The group does not matter. */
+    assert_int_equal(chown(kpath, 0, OTHER_UID), 0);
+    assert_int_equal(zps_keypair_load(kpath, &kp, why, sizeof(why)), 0);
+
+    /* Authorized keys of another user: refused at a reload too (the list in
+     * force stays), through a link as well. */
+    assert_int_equal(chown(apath, OTHER_UID, (gid_t)-1), 0);
+    assert_int_equal(zps_authkeys_load(apath, 1, &cur, why, sizeof(why)), ZPS_EINVAL);
+    assert_string_equal(why, owner_msg("authorized keys file", apath, OTHER_UID, 0, NULL));
+    assert_ptr_equal(cur, before);
+    assert_int_equal(zps_authkeys_load(alink, 1, &cur, why, sizeof(why)), ZPS_EINVAL);
+    assert_string_equal(why, owner_msg("authorized keys file", alink, OTHER_UID, 0, NULL));
+    assert_int_equal(chmod(apath, 0666), 0);
+    assert_int_equal(zps_authkeys_load(apath, 1, &cur, why, sizeof(why)), ZPS_EINVAL);
+    assert_string_equal(why, owner_msg("authorized keys file", apath, OTHER_UID, 0, "chmod go-w"));
+    assert_ptr_equal(cur, before);
+    assert_int_equal(chown(apath, 0, (gid_t)-1), 0);
+    assert_int_equal(chmod(apath, 0644), 0);
+    assert_int_equal(zps_authkeys_load(apath, 1, &cur, why, sizeof(why)), 0);
+    zps_authkeys_free(before);
+
+    /* A public key's owner is not checked (it is handed out), its mode is. */
+    assert_int_equal(chown(ppath, OTHER_UID, OTHER_UID), 0);
+    uint8_t k[ZPS_KEY_BYTES], want[ZPS_KEY_BYTES];
+    key_of(SERVER_PUB, want);
+    assert_int_equal(zps_pubkey_load(ppath, k, why, sizeof(why)), 0);
+    assert_memory_equal(k, want, ZPS_KEY_BYTES);
+    assert_int_equal(chmod(ppath, 0646), 0);
+    assert_int_equal(zps_pubkey_load(ppath, k, why, sizeof(why)), ZPS_EINVAL);
+    assert_string_equal(why, writable_msg("public key file", PUB_AND_SO, ppath, 0646));
+
+    /* As another user (the effective uid; the real one stays root, to come
+     * back): its own files and root's are taken, a third user's are not. */
+    assert_int_equal(chmod(dir, 0711), 0);
+    assert_int_equal(chown(kpath, OTHER_UID, (gid_t)-1), 0);
+    assert_int_equal(chown(apath, 0, (gid_t)-1), 0);
+    char apath2[PATH_MAX];
+    write_file(in_dir("ak2", apath2), v1, strlen(v1), 0644);
+    assert_int_equal(chown(apath2, OTHER_UID + 1, (gid_t)-1), 0);
+    assert_int_equal(seteuid(OTHER_UID), 0);
+    int rc_key = zps_keypair_load(kpath, &kp, why, sizeof(why));
+    zps_authkeys_t *as_root_file = NULL, *as_third = NULL;
+    int rc_root = zps_authkeys_load(apath, 1, &as_root_file, why, sizeof(why));
+    int rc_third = zps_authkeys_load(apath2, 1, &as_third, why, sizeof(why));
+    assert_int_equal(seteuid(0), 0);
+    assert_int_equal(rc_key, 0);
+    assert_int_equal(rc_root, 0);
+    assert_int_equal(zps_authkeys_count(as_root_file), 2);
+    zps_authkeys_free(as_root_file);
+    assert_int_equal(rc_third, ZPS_EINVAL);
+    assert_null(as_third);
+    assert_string_equal(why,
+                        owner_msg("authorized keys file", apath2, OTHER_UID + 1, OTHER_UID, NULL));
+    zps_authkeys_free(cur);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -932,6 +1131,9 @@ int main(void)
         cmocka_unit_test(test_authkeys_errors),
         cmocka_unit_test(test_authorization_table),
         cmocka_unit_test_setup_teardown(test_authkeys_load_reload, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(test_authkeys_loose_modes, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(test_pubkey_loose_modes, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(test_load_owners, make_dir, remove_dir),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
