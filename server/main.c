@@ -34,6 +34,7 @@ static void usage(FILE *f)
             "  --workers W            number of training workers (required)\n"
             "  --endpoint-file FILE   write the bound endpoint to FILE once listening\n"
             "  --insecure             allow a non-loopback endpoint without encryption\n"
+            "                         (on the command line: ZPS_INSECURE=1 alone is refused)\n"
             "\n"
             "Security (docs/security.md):\n"
             "  --key PREFIX.key       this server's CURVE secret key (zps keygen; mode 0600):\n"
@@ -215,6 +216,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "zps-server: %s\n", erc == ZPS_ENOMEM ? "out of memory" : env_why);
         return 2;
     }
+    /* env.argv is argv[0], the flags from the environment, then the command
+     * line: an option at index i <= env_flags came from a variable. */
+    const int env_flags = env.argc - argc;
+    bool insecure_from_env = false;
     argc = env.argc;
     argv = env.argv;
 
@@ -239,7 +244,12 @@ int main(int argc, char **argv)
             cfg.endpoint_file = a;
             break;
         case OPT_INSECURE:
-            cfg.insecure = true;
+            /* ZPS_INSECURE alone does not open the network: an environment
+             * is inherited, and set far from the command it affects. */
+            if (optind - 1 <= env_flags)
+                insecure_from_env = true;
+            else
+                cfg.insecure = true;
             break;
         case OPT_KEY:
             key_file = a;
@@ -428,6 +438,15 @@ int main(int argc, char **argv)
     if (!key_file != !cfg.authorized_keys) {
         fprintf(stderr, "zps-server: --key and --authorized-keys go together\n"
                         "Try 'zps-server --help'.\n");
+        return 2;
+    }
+    if (!key_file && !cfg.insecure && insecure_from_env && !zps_endpoint_is_local(cfg.listen)) {
+        fprintf(stderr,
+                "zps-server: refusing to listen on %s without encryption: ZPS_INSECURE in the\n"
+                "environment is not enough to accept unauthenticated peers from the network.\n"
+                "Pass --insecure on the command line to do it anyway, or give --key and\n"
+                "--authorized-keys (docs/security.md).\n",
+                cfg.listen);
         return 2;
     }
     if (!key_file && !cfg.insecure && !zps_endpoint_is_local(cfg.listen)) {
