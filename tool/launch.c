@@ -60,6 +60,7 @@
 #include "barrier.h"
 #include "client.h"
 #include "error.h"
+#include "fileutil.h"
 #include "json.h"
 #include "launch_argv.h"
 #include "launch_hosts.h"
@@ -68,6 +69,7 @@
 #include "launch_opts.h"
 #include "launch_plan.h"
 #include "launch_remote.h"
+#include "launch_rundir.h"
 #include "metrics.h"
 #include "parse.h"
 #include "plot.h"
@@ -110,9 +112,12 @@ typedef struct child {
     bool evaluator; /* zps-worker --evaluator: observes and evaluates, trains nothing */
     uint32_t index;
     zps_argv_t argv; /* the command line, argv[0] the binary */
-    char log_path[PATH_MAX + 64];
+    char log_path[PATH_MAX + 64]; /* the paths, for the child's command line and messages */
     char endpoint_path[PATH_MAX + 64];
     char metrics_path[PATH_MAX + 64];
+    char log_name[48]; /* the same files' names in the run folder, for launch's own opens */
+    char endpoint_name[48];
+    char metrics_name[48];
     char endpoint[300];
     /* --hosts: where it runs, and the files it writes there */
     const zps_launch_host_t *host;
@@ -136,6 +141,9 @@ typedef struct launch {
     char self[PATH_MAX];
     char server_bin[PATH_MAX], worker_bin[PATH_MAX];
     char dir[PATH_MAX]; /* the run folder, absolute */
+    int dirfd;          /* the run folder (launch_rundir.h): every file launch writes is made in it */
+    FILE *cmds;         /* commands.txt, open from the start until the last child has started */
+    FILE *procs;        /* processes.tsv, the same */
     char name[256];
     zps_argv_t own_argv;      /* the launcher's own command line */
     zps_launch_keys_t *keys;  /* --keys: the run's key files; NULL without */
@@ -200,11 +208,27 @@ __attribute__((format(printf, 2, 3))) static void say(launch_t *L, const char *f
     va_end(ap);
 }
 
-static FILE *open_in_run(launch_t *L, const char *name, const char *mode)
+/*
+ * A new file `name` of the run folder, for writing: made in the folder's
+ * descriptor with O_EXCL|O_NOFOLLOW, so a name someone planted there (a
+ * link to a file of ours) fails the open instead of being written through.
+ */
+static FILE *create_in_run(launch_t *L, const char *name)
 {
-    char path[PATH_MAX + 64];
-    snprintf(path, sizeof(path), "%s/%s", L->dir, name);
-    return fopen(path, mode);
+    FILE *f = zps_file_fcreate_at(L->dirfd, name);
+    if (!f)
+        say(L, "cannot create %s/%s: %s", L->dir, name, strerror(errno));
+    return f;
+}
+
+/* File `name` of the run folder for reading, never through a link; NULL when missing. */
+static FILE *read_in_run(const launch_t *L, const char *name)
+{
+    int fd = openat(L->dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
+    if (fd >= 0 && !f)
+        close(fd);
+    return f;
 }
 
 /* ---- stopping ---- */
@@ -340,11 +364,11 @@ static void maybe_finish(launch_t *L)
 /* ---- tailing files ---- */
 
 /* Calls fn for every complete line added to the file since the last call. */
-static void tail_lines(tail_t *t, const char *path, void (*fn)(child_t *, char *), child_t *c,
+static void tail_lines(tail_t *t, const char *name, void (*fn)(child_t *, char *), child_t *c,
                        bool flush_partial)
 {
     if (!t->f) {
-        t->f = fopen(path, "r");
+        t->f = read_in_run(c->L, name);
         if (!t->f)
             return;
     }
@@ -408,15 +432,15 @@ static void tail_all(launch_t *L, bool final)
 {
     for (uint32_t i = 0; i < L->o->servers; i++)
         if (L->servers[i].spawned)
-            tail_lines(&L->servers[i].log, L->servers[i].log_path, echo_line, &L->servers[i],
+            tail_lines(&L->servers[i].log, L->servers[i].log_name, echo_line, &L->servers[i],
                        final);
     for (uint32_t i = 0; i < kids(L); i++) {
         child_t *c = &L->workers[i];
         if (!c->spawned)
             continue;
-        tail_lines(&c->log, c->log_path, echo_line, c, final);
+        tail_lines(&c->log, c->log_name, echo_line, c, final);
         /* A partial metrics line is still being written: never flush it. */
-        tail_lines(&c->metrics, c->metrics_path, metrics_line, c, false);
+        tail_lines(&c->metrics, c->metrics_name, metrics_line, c, false);
     }
 }
 
@@ -594,7 +618,8 @@ static void on_child_exit(uv_process_t *p, int64_t exit_status, int term_signal)
 
 static int spawn(launch_t *L, child_t *c)
 {
-    int fd = open(c->log_path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+    /* New files of the run folder, made in its descriptor (create_in_run). */
+    int fd = zps_file_create_at(L->dirfd, c->log_name, O_APPEND, 0644);
     if (fd < 0) {
         say(L, "cannot create %s: %s", c->log_path, strerror(errno));
         return ZPS_EIO;
@@ -602,7 +627,9 @@ static int spawn(launch_t *L, child_t *c)
     /* A far child's forwarded file (its endpoint or its metrics) arrives
      * on ssh's stdout and is written where a local child would write it. */
     const char *local = c->server ? c->endpoint_path : c->metrics_path;
-    int out = c->host ? open(local, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644) : fd;
+    int out = c->host ? zps_file_create_at(L->dirfd, c->server ? c->endpoint_name : c->metrics_name,
+                                           O_APPEND, 0644)
+                      : fd;
     if (out < 0) {
         say(L, "cannot create %s: %s", local, strerror(errno));
         close(fd);
@@ -676,10 +703,9 @@ static int spawn(launch_t *L, child_t *c)
             c->spawned = true;
             c->running = true;
             c->pid = c->proc.pid;
-            FILE *f = open_in_run(L, "processes.tsv", "a");
-            if (f) {
-                fprintf(f, "%s\t%s\t%d\n", c->file, c->name, c->pid);
-                fclose(f);
+            if (L->procs) {
+                fprintf(L->procs, "%s\t%s\t%d\n", c->file, c->name, c->pid);
+                fflush(L->procs);
             }
         }
     }
@@ -782,6 +808,7 @@ static bool start_child(launch_t *L, child_t *c, FILE *cmds, int bad)
     if (cmds) {
         fprintf(cmds, "# %s\n", c->name);
         zps_argv_write(cmds, &c->argv);
+        fflush(cmds);
     }
     if (spawn(L, c) != 0) {
         abort_run(L, "failed", c, "%s could not be started", c->name);
@@ -825,7 +852,7 @@ static void start_workers(launch_t *L)
     zps_client_opts_clear(&co);
     zps_argv_free(&eps);
 
-    FILE *cmds = open_in_run(L, "commands.txt", "a");
+    FILE *cmds = L->cmds;
     /* The evaluator first, so that its pull for the first evaluation clock
      * is parked before the workers get there. It gets the workers' flags
      * (model, data, clocks, --save-params...), not their stragglers. */
@@ -845,11 +872,8 @@ static void start_workers(launch_t *L)
                zps_argv_push(&e->argv, "--server-key") ||
                zps_argv_push(&e->argv, key_path(L, e, "server.pub", pub, sizeof(pub)));
     ebad = ebad || zps_argv_extend(&e->argv, &L->o->worker_args);
-    if (!start_child(L, e, cmds, ebad)) {
-        if (cmds)
-            fclose(cmds);
+    if (!start_child(L, e, cmds, ebad))
         return;
-    }
     for (uint32_t r = 0; r < L->o->workers; r++) {
         child_t *c = &L->workers[r];
         zps_argv_t *a = &c->argv;
@@ -877,13 +901,11 @@ static void start_workers(launch_t *L)
         if (!start_child(L, c, cmds, bad))
             break;
     }
-    if (cmds)
-        fclose(cmds);
 }
 
 static void start_servers(launch_t *L)
 {
-    FILE *cmds = open_in_run(L, "commands.txt", "a");
+    FILE *cmds = L->cmds;
     for (uint32_t i = 0; i < L->o->servers; i++) {
         child_t *c = &L->servers[i];
         zps_argv_t *a = &c->argv;
@@ -916,8 +938,6 @@ static void start_servers(launch_t *L)
         if (!start_child(L, c, cmds, bad))
             break;
     }
-    if (cmds)
-        fclose(cmds);
 }
 
 /*
@@ -952,7 +972,7 @@ static bool servers_listening(launch_t *L)
         child_t *c = &L->servers[i];
         if (c->endpoint[0])
             continue;
-        FILE *f = fopen(c->endpoint_path, "r");
+        FILE *f = read_in_run(L, c->endpoint_name);
         if (!f)
             return false;
         bool ok = fgets(c->endpoint, sizeof(c->endpoint), f) != NULL;
@@ -1155,13 +1175,22 @@ static int find_binary(const char *given, const char *env, const char *self_dir,
     return ZPS_EINVAL;
 }
 
-/* Creates the run folder; a default name gets -2, -3... when taken. */
+/*
+ * Creates the run folder, in a runs directory no other user can change
+ * (launch_rundir.h), and opens it as L->dirfd; a default name gets -2,
+ * -3... when taken. An unsafe runs directory is refused (exit 2) before
+ * anything is made in it.
+ */
 static int make_run_dir(launch_t *L)
 {
     const zps_launch_opts_t *o = L->o;
-    if (zps_launch_mkdir_p(o->runs_dir, 0755) != 0) {
-        fprintf(stderr, "zps launch: cannot create %s: %s\n", o->runs_dir, strerror(errno));
-        return ZPS_LAUNCH_EXIT_FAILED;
+    char why[PATH_MAX * 2 + 512];
+    char runs[PATH_MAX];
+    int runs_fd = -1;
+    int rc = zps_launch_runs_open(o->runs_dir, &runs_fd, runs, sizeof(runs), why, sizeof(why));
+    if (rc != 0) {
+        fprintf(stderr, "zps launch: %s; not started\n", why);
+        return rc == ZPS_EDENIED ? ZPS_LAUNCH_EXIT_USAGE : ZPS_LAUNCH_EXIT_FAILED;
     }
     char base[200];
     if (o->name) {
@@ -1179,24 +1208,33 @@ static int make_run_dir(launch_t *L)
         else
             snprintf(base, sizeof(base), "%s-%s", o->mode, stamp);
     }
+    /* A name that is taken, whatever it is (a folder, a link someone
+     * planted), is never entered: mkdirat must make the folder. */
     char path[PATH_MAX];
-    for (int k = 1; k < 1000; k++) {
+    rc = ZPS_EINVAL;
+    for (int k = 1; k < 1000 && rc == ZPS_EINVAL; k++) {
         if (k == 1)
             snprintf(L->name, sizeof(L->name), "%s", base);
         else
             snprintf(L->name, sizeof(L->name), "%s-%d", base, k);
         snprintf(path, sizeof(path), "%s/%s", o->runs_dir, L->name);
-        if (mkdir(path, 0755) == 0)
+        rc = zps_launch_rundir_make(runs_fd, L->name, path, &L->dirfd, why, sizeof(why));
+        if (rc == ZPS_EINVAL && o->name)
             break;
-        if (errno != EEXIST || o->name) {
-            fprintf(stderr, "zps launch: cannot create the run folder %s: %s\n", path,
-                    errno == EEXIST ? "it exists already (choose another --name)"
-                                    : strerror(errno));
-            return errno == EEXIST ? ZPS_LAUNCH_EXIT_USAGE : ZPS_LAUNCH_EXIT_FAILED;
-        }
     }
-    if (!realpath(path, L->dir)) {
-        fprintf(stderr, "zps launch: %s: %s\n", path, strerror(errno));
+    close(runs_fd);
+    if (rc == ZPS_EINVAL) {
+        fprintf(stderr, "zps launch: %s (choose another --name)\n", why);
+        return ZPS_LAUNCH_EXIT_USAGE;
+    }
+    if (rc != 0) {
+        fprintf(stderr, "zps launch: %s\n", why);
+        return rc == ZPS_EDENIED ? ZPS_LAUNCH_EXIT_USAGE : ZPS_LAUNCH_EXIT_FAILED;
+    }
+    /* Its real path: every directory on the way is checked, none a link. */
+    if ((size_t)snprintf(L->dir, sizeof(L->dir), "%s%s%s", runs, strcmp(runs, "/") ? "/" : "",
+                         L->name) >= sizeof(L->dir)) {
+        fprintf(stderr, "zps launch: %s: %s\n", path, strerror(ENAMETOOLONG));
         return ZPS_LAUNCH_EXIT_FAILED;
     }
     return 0;
@@ -1215,9 +1253,12 @@ static void child_init(launch_t *L, child_t *c, bool server, uint32_t index)
         snprintf(c->name, sizeof(c->name), "%s %u", server ? "server" : "worker", index);
         snprintf(c->file, sizeof(c->file), "%s-%u", server ? "server" : "worker", index);
     }
-    snprintf(c->log_path, sizeof(c->log_path), "%s/%s.log", L->dir, c->file);
-    snprintf(c->endpoint_path, sizeof(c->endpoint_path), "%s/%s.endpoint", L->dir, c->file);
-    snprintf(c->metrics_path, sizeof(c->metrics_path), "%s/%s.jsonl", L->dir, c->file);
+    snprintf(c->log_name, sizeof(c->log_name), "%s.log", c->file);
+    snprintf(c->endpoint_name, sizeof(c->endpoint_name), "%s.endpoint", c->file);
+    snprintf(c->metrics_name, sizeof(c->metrics_name), "%s.jsonl", c->file);
+    snprintf(c->log_path, sizeof(c->log_path), "%s/%s", L->dir, c->log_name);
+    snprintf(c->endpoint_path, sizeof(c->endpoint_path), "%s/%s", L->dir, c->endpoint_name);
+    snprintf(c->metrics_path, sizeof(c->metrics_path), "%s/%s", L->dir, c->metrics_name);
     if (L->hosts.n) {
         c->host = server ? zps_launch_hosts_server(&L->hosts, index)
                          : zps_launch_hosts_worker(&L->hosts, index);
@@ -1230,7 +1271,7 @@ static void child_init(launch_t *L, child_t *c, bool server, uint32_t index)
 
 static void print_tail_of_log(const child_t *c)
 {
-    FILE *f = fopen(c->log_path, "r");
+    FILE *f = read_in_run(c->L, c->log_name);
     if (!f)
         return;
     char lines[8][512];
@@ -1272,17 +1313,17 @@ static int finish(launch_t *L)
     info.server_arg_count = o->server_args.n;
     info.environment = (const char *const *)L->env.v;
     info.environment_count = L->env.n;
+    /* summary.json through a temporary renamed into place: a reader never
+     * sees half of it, and a name planted there is replaced, not followed. */
     char *summary = zps_runstats_summary(L->rs, &info);
-    FILE *f = summary ? open_in_run(L, "summary.json", "w") : NULL;
-    bool wrote = f && fputs(summary, f) != EOF;
-    if (f && fclose(f) != 0)
-        wrote = false;
-    free(summary);
+    bool wrote =
+        summary && zps_file_replace_at(L->dirfd, "summary.json", summary, strlen(summary), 0644) == 0;
     if (!wrote)
-        say(L, "cannot write %s/summary.json", L->dir);
-    if (zps_runstats_write_tables(L->rs, &info, L->dir) != 0)
+        say(L, "cannot write %s/summary.json: %s", L->dir, summary ? strerror(errno) : "no memory");
+    free(summary);
+    if (zps_runstats_write_tables(L->rs, &info, L->dirfd) != 0)
         say(L, "cannot write the tables in %s", L->dir);
-    zps_plot_run_figures(L->dir); /* accuracy.png, loss.png; interrupted runs too */
+    zps_plot_run_figures(L->dirfd, L->dir); /* accuracy.png, loss.png; interrupted runs too */
 
     char rel[PATH_MAX + 300];
     snprintf(rel, sizeof(rel), "%s/%s", o->runs_dir, L->name);
@@ -1348,7 +1389,10 @@ static int prepare_hosts(launch_t *L)
     zps_launch_hosts_set_dir(&L->hosts, L->dir);
     char hosts_dir[PATH_MAX + 16];
     snprintf(hosts_dir, sizeof(hosts_dir), "%s/hosts", L->dir);
-    if (zps_launch_mkdir_p(hosts_dir, 0755) != 0) {
+    int hosts_fd = -1;
+    if (mkdirat(L->dirfd, "hosts", 0755) != 0 ||
+        (hosts_fd = openat(L->dirfd, "hosts", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) <
+            0) {
         fprintf(stderr, "zps launch: cannot create %s: %s\n", hosts_dir, strerror(errno));
         return ZPS_EIO;
     }
@@ -1369,8 +1413,10 @@ static int prepare_hosts(launch_t *L)
         fprintf(stderr, "%s\n", h->servers || h->workers ? "" : "nothing");
     }
     char why[600];
-    if (zps_launch_hosts_prepare(&L->hosts, L->self, L->keys->dir, L->server_bin, L->worker_bin,
-                                 hosts_dir, why, sizeof(why)) != 0) {
+    int rc = zps_launch_hosts_prepare(&L->hosts, L->self, L->keys->dir, L->server_bin,
+                                      L->worker_bin, hosts_fd, hosts_dir, why, sizeof(why));
+    close(hosts_fd);
+    if (rc != 0) {
         fprintf(stderr, "zps launch: cannot set up host %s\n", why);
         return ZPS_EIO;
     }
@@ -1447,6 +1493,7 @@ int zps_cmd_launch(int argc, char **argv)
         return ZPS_LAUNCH_EXIT_FAILED;
     }
     L->o = &o;
+    L->dirfd = -1;
     zps_oom_counts_read(&L->oom_before);
     L->hosts = hosts;
     ex = ZPS_LAUNCH_EXIT_FAILED;
@@ -1484,7 +1531,8 @@ int zps_cmd_launch(int argc, char **argv)
         L->keys = calloc(1, sizeof(*L->keys));
         if (!L->keys)
             goto out;
-        if (zps_launch_keys_make(L->dir, L->name, o.workers, L->keys, why, sizeof(why)) != 0) {
+        if (zps_launch_keys_make(L->dirfd, L->dir, L->name, o.workers, L->keys, why,
+                                 sizeof(why)) != 0) {
             fprintf(stderr, "zps launch: cannot make the run's keys: %s\n", why);
             goto out;
         }
@@ -1533,8 +1581,14 @@ int zps_cmd_launch(int argc, char **argv)
                                    : " (passed on to every process)\n");
     }
 
-    FILE *cmds = open_in_run(L, "commands.txt", "w");
-    if (cmds) {
+    /* The run's own files, each new in the folder: nothing has started yet,
+     * so one that cannot be made ends the run here. */
+    FILE *cmds = L->cmds = create_in_run(L, "commands.txt");
+    L->procs = create_in_run(L, "processes.tsv");
+    L->stats_file = create_in_run(L, "stats.jsonl");
+    if (!L->cmds || !L->procs || !L->stats_file)
+        goto out;
+    {
         fprintf(cmds, "# zps launch, run from %s\n",
                 getcwd(self_dir, sizeof(self_dir)) ? self_dir : "?");
         zps_argv_t me = {0};
@@ -1548,9 +1602,8 @@ int zps_cmd_launch(int argc, char **argv)
         for (size_t i = 0; i < o.env_set_aside.n; i++)
             fprintf(cmds, "# environment, not passed on (--keys: the run's own keys): %s\n",
                     o.env_set_aside.v[i]);
-        fclose(cmds);
+        fflush(cmds);
     }
-    L->stats_file = open_in_run(L, "stats.jsonl", "w");
 
     zps_progress_init(&L->progress, stderr, o.progress, o.progress_every_s);
     if (L->hosts.n)
@@ -1594,6 +1647,12 @@ int zps_cmd_launch(int argc, char **argv)
 out:
     if (L->stats_file)
         fclose(L->stats_file);
+    if (L->cmds)
+        fclose(L->cmds);
+    if (L->procs)
+        fclose(L->procs);
+    if (L->dirfd >= 0)
+        close(L->dirfd);
     zps_client_free(L->client);
     for (uint32_t i = 0; L->servers && i < o.servers; i++) {
         zps_argv_free(&L->servers[i].argv);

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "error.h"
+#include "fileutil.h"
 #include "parse.h"
 #include "timeutil.h"
 
@@ -350,9 +351,9 @@ static void last_line(const char *path, char *out, size_t size)
     fclose(f);
 }
 
-/* Runs argv with `data` on its stdin and stderr into err_path; waits at most PREPARE_TIMEOUT_S. */
-static int run_with_input(char *const *argv, const char *data, size_t len, const char *err_path,
-                          int *status, bool *timed_out)
+/* Runs argv with `data` on its stdin and stderr into err_fd; waits at most PREPARE_TIMEOUT_S. */
+static int run_with_input(char *const *argv, const char *data, size_t len, int err_fd, int *status,
+                          bool *timed_out)
 {
     int in[2];
     if (pipe2(in, O_CLOEXEC) != 0)
@@ -361,7 +362,7 @@ static int run_with_input(char *const *argv, const char *data, size_t len, const
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, in[0], 0);
     posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 2, err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&fa, err_fd, 2);
     posix_spawnattr_t at;
     posix_spawnattr_init(&at);
     sigset_t def;
@@ -411,8 +412,8 @@ static int run_with_input(char *const *argv, const char *data, size_t len, const
 }
 
 int zps_launch_hosts_prepare(const zps_launch_hosts_t *h, const char *zps, const char *keys_dir,
-                             const char *server_bin, const char *worker_bin, const char *log_dir,
-                             char *why, size_t why_size)
+                             const char *server_bin, const char *worker_bin, int log_fd,
+                             const char *log_dir, char *why, size_t why_size)
 {
     for (size_t i = 0; i < h->n; i++) {
         const zps_launch_host_t *on = &h->v[i];
@@ -437,12 +438,19 @@ int zps_launch_hosts_prepare(const zps_launch_hosts_t *h, const char *zps, const
                      : 0;
         if (rc == ZPS_ENOMEM)
             snprintf(reason, sizeof(reason), "out of memory");
-        char err_path[PATH_MAX + 300];
+        char err_path[PATH_MAX + 300], err_name[300];
         snprintf(err_path, sizeof(err_path), "%s/setup-%s.log", log_dir, on->name);
+        snprintf(err_name, sizeof(err_name), "setup-%s.log", on->name);
+        int err_fd = -1;
+        if (rc == 0 && (err_fd = zps_file_create_at(log_fd, err_name, 0, 0644)) < 0) {
+            zps_set_reason(reason, sizeof(reason), "cannot create %s: %s", err_path,
+                           strerror(errno));
+            rc = ZPS_EIO;
+        }
         if (rc == 0) {
             int status = 0;
             bool timed_out = false;
-            rc = run_with_input(argv.v, data, len, err_path, &status, &timed_out);
+            rc = run_with_input(argv.v, data, len, err_fd, &status, &timed_out);
             if (rc == ZPS_EINVAL) {
                 snprintf(reason, sizeof(reason), "cannot run %s: %s", argv.v[0], strerror(errno));
             } else if (rc) {
@@ -460,6 +468,8 @@ int zps_launch_hosts_prepare(const zps_launch_hosts_t *h, const char *zps, const
                 rc = ZPS_EIO;
             }
         }
+        if (err_fd >= 0)
+            close(err_fd);
         if (data)
             explicit_bzero(data, len);
         free(data);

@@ -97,11 +97,12 @@ int zps_launch_hosts_command(const zps_launch_hosts_t *h, const zps_launch_host_
  * run, by absolute path) are there. Waits at most about 30 s per host. On
  * failure returns ZPS_EIO with "HOST: reason" (ssh's own message when ssh
  * failed) in why; what was written on the hosts before stays there.
- * ssh's stderr for each host is kept in log_dir/setup-HOST.log.
+ * ssh's stderr for each host is kept in log_dir/setup-HOST.log, a new file
+ * made in log_fd (log_dir's descriptor) with O_EXCL|O_NOFOLLOW.
  */
 int zps_launch_hosts_prepare(const zps_launch_hosts_t *h, const char *zps, const char *keys_dir,
-                             const char *server_bin, const char *worker_bin, const char *log_dir,
-                             char *why, size_t why_size);
+                             const char *server_bin, const char *worker_bin, int log_fd,
+                             const char *log_dir, char *why, size_t why_size);
 
 void zps_launch_hosts_free(zps_launch_hosts_t *h);
 

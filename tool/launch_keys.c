@@ -65,17 +65,24 @@ static int write_new_file(const char *path, const char *text, size_t len, char *
     return rc;
 }
 
-int zps_launch_keys_make(const char *run_dir, const char *name, uint32_t workers,
+int zps_launch_keys_make(int run_fd, const char *run_dir, const char *name, uint32_t workers,
                          zps_launch_keys_t *k, char *why, size_t why_size)
 {
     memset(k, 0, sizeof(*k));
     snprintf(k->dir, sizeof(k->dir), "%s/keys", run_dir);
-    /* mkdir honours the umask, which may only take bits away; chmod makes
-     * it exactly 0700 before any key is written into it. */
-    if (mkdir(k->dir, 0700) != 0 || chmod(k->dir, 0700) != 0) {
+    /* mkdirat honours the umask, which may only take bits away; fchmod
+     * makes it exactly 0700 before any key is written into it, on the
+     * folder just made (O_NOFOLLOW), never through a link. */
+    int fd = -1;
+    if (mkdirat(run_fd, "keys", 0700) != 0 ||
+        (fd = openat(run_fd, "keys", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
+        fchmod(fd, 0700) != 0) {
         zps_set_reason(why, why_size, "cannot create %s: %s", k->dir, strerror(errno));
+        if (fd >= 0)
+            close(fd);
         return ZPS_EIO;
     }
+    close(fd);
     snprintf(k->server_key, sizeof(k->server_key), "%s/server.key", k->dir);
     snprintf(k->server_pub, sizeof(k->server_pub), "%s/server.pub", k->dir);
     snprintf(k->authorized, sizeof(k->authorized), "%s/authorized_keys", k->dir);

@@ -37,14 +37,15 @@ typedef struct zps_launch_keys {
 } zps_launch_keys_t;
 
 /*
- * Creates run_dir/keys (mode 0700; refused if it exists), the key pairs of
+ * Creates keys in the run folder run_fd, whose path is run_dir (mode 0700,
+ * made with mkdirat; refused if it exists), the key pairs of
  * the server, of `workers` workers, of the evaluator and of launch, and the
  * authorized keys file (`name` is the run's, in its first comment), and
  * fills *k with the paths. Returns 0, or ZPS_EIO / ZPS_EINVAL / ZPS_ENOMEM
  * with the reason in why; what was written stays (it is inside the run
  * folder, and holds no secret of any other run).
  */
-int zps_launch_keys_make(const char *run_dir, const char *name, uint32_t workers,
+int zps_launch_keys_make(int run_fd, const char *run_dir, const char *name, uint32_t workers,
                          zps_launch_keys_t *k, char *why, size_t why_size);
 
 #endif

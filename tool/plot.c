@@ -26,6 +26,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "fileutil.h"
 #include "json.h"
 
 #define EXIT_FAILED 1
@@ -171,7 +172,7 @@ static int run_gnuplot(const char *gnuplot, const char *tmp, const char *who)
     if (pid < 0)
         return -1;
     if (pid == 0) {
-        int fd = open(err, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        int fd = open(err, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (fd >= 0)
             dup2(fd, STDERR_FILENO);
         execl(gnuplot, "gnuplot", script, (char *)NULL);
@@ -295,11 +296,18 @@ static int make_tmp(char *tmp, size_t size)
     return mkdtemp(tmp) ? 0 : -1;
 }
 
+/* The figures a run's gnuplot draws in the temporary folder, before they are copied out. */
+static const char *const run_figures[] = {"accuracy.png", "loss.png"};
+
 static void remove_tmp(const char *tmp, size_t runs)
 {
     char name[PATH_MAX + 32];
     for (size_t i = 0; i < runs; i++) {
         snprintf(name, sizeof(name), "%s/run%zu.tsv", tmp, i);
+        unlink(name);
+    }
+    for (size_t i = 0; i < sizeof(run_figures) / sizeof(run_figures[0]); i++) {
+        snprintf(name, sizeof(name), "%s/%s", tmp, run_figures[i]);
         unlink(name);
     }
     snprintf(name, sizeof(name), "%s/plot.gp", tmp);
@@ -467,7 +475,7 @@ done:
     return rc;
 }
 
-int zps_plot_run_figures(const char *run_dir)
+int zps_plot_run_figures(int run_fd, const char *run_dir)
 {
     static bool said;
     char gnuplot[PATH_MAX];
@@ -492,21 +500,34 @@ int zps_plot_run_figures(const char *run_dir)
     FILE *f = fopen(script, "w");
     if (!f)
         goto done;
+    /* gnuplot draws into our own temporary folder; the figures are then
+     * copied into the run folder as new files made in its descriptor, so
+     * gnuplot never opens a name in the run folder. */
     gp_header(f, 900, 600);
-    gp_output(f, run_dir, "accuracy.png");
+    gp_output(f, tmp, run_figures[0]);
     gp_targets(f, r.targets, r.target_count);
     gp_accuracy_range(f, 1, &r);
     gp_panel(f, tmp, 1, &r, 1, 2, "test accuracy against time", "seconds of training",
              "test accuracy");
-    gp_output(f, run_dir, "loss.png");
+    gp_output(f, tmp, run_figures[1]);
     gp_targets(f, NULL, 0);
     fprintf(f, "set autoscale y\nset key top right\n");
     gp_panel(f, tmp, 1, &r, 1, 3, "test loss against time", "seconds of training", "test loss");
     fprintf(f, "set output\n");
-    if (fclose(f) == 0 && run_gnuplot(gnuplot, tmp, "zps launch") == 0)
-        rc = 0;
-    else
+    if (fclose(f) != 0 || run_gnuplot(gnuplot, tmp, "zps launch") != 0) {
         fprintf(stderr, "zps launch: gnuplot could not draw the figures in %s\n", run_dir);
+        goto done;
+    }
+    rc = 0;
+    for (size_t i = 0; i < sizeof(run_figures) / sizeof(run_figures[0]); i++) {
+        char from[PATH_MAX + 32];
+        snprintf(from, sizeof(from), "%s/%s", tmp, run_figures[i]);
+        if (zps_file_copy_to_at(from, run_fd, run_figures[i], 0644) != 0) {
+            fprintf(stderr, "zps launch: cannot write %s/%s: %s\n", run_dir, run_figures[i],
+                    strerror(errno));
+            rc = -1;
+        }
+    }
 done:
     remove_tmp(tmp, 1);
     return rc;

@@ -23,12 +23,16 @@ int zps_cmd_plot(int argc, char **argv);
 
 /*
  * Writes RUN_DIR/accuracy.png and RUN_DIR/loss.png from RUN_DIR/eval.tsv
- * (the targets from summary.json as dashed lines). Blocks while gnuplot
+ * (the targets from summary.json as dashed lines): gnuplot draws them in a
+ * temporary folder of its own, and each is copied into run_fd (RUN_DIR's
+ * descriptor) as a new file, O_EXCL|O_NOFOLLOW, so one that exists already
+ * or a link planted under its name is not written. Blocks while gnuplot
  * runs. Never fails a run: returns 0 when both figures are written, 1 when
  * they were skipped (no gnuplot on PATH, said once on stderr per process;
- * no evaluation in eval.tsv, said nowhere) and -1 when gnuplot failed (said
- * on stderr). Call from the main thread, outside a signal handler.
+ * no evaluation in eval.tsv, said nowhere) and -1 when gnuplot failed or a
+ * figure could not be written (said on stderr). Call from the main thread,
+ * outside a signal handler.
  */
-int zps_plot_run_figures(const char *run_dir);
+int zps_plot_run_figures(int run_fd, const char *run_dir);
 
 #endif

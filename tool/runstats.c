@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "fileutil.h"
 #include "json.h"
 #include "hist.h"
 #include "strbuf.h"
@@ -773,11 +774,10 @@ char *zps_runstats_summary(const zps_runstats_t *rs, const zps_run_info_t *in)
 
 /* ---- tables ---- */
 
-static FILE *open_table(const char *dir, const char *name, const char *header)
+/* A new table in the run folder dirfd: O_EXCL|O_NOFOLLOW, never through a planted name. */
+static FILE *open_table(int dirfd, const char *name, const char *header)
 {
-    char path[4096];
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
-    FILE *f = fopen(path, "w");
+    FILE *f = zps_file_fcreate_at(dirfd, name);
     if (f)
         fprintf(f, "# %s\n", header);
     return f;
@@ -875,7 +875,7 @@ static int write_summary_row(const zps_runstats_t *rs, const zps_run_info_t *in,
     return 0;
 }
 
-int zps_runstats_write_tables(const zps_runstats_t *rs, const zps_run_info_t *info, const char *dir)
+int zps_runstats_write_tables(const zps_runstats_t *rs, const zps_run_info_t *info, int dir)
 {
     int rc = 0;
     char header[1024];

@@ -120,7 +120,7 @@ void zps_runstats_result(const zps_runstats_t *rs, zps_runstats_result_t *out);
 bool zps_runstats_target(const zps_runstats_t *rs, double target, double *seconds, uint64_t *clock);
 
 /*
- * Writes the tables into `dir` (tab-separated, a '#' header line each):
+ * Writes the tables into the run folder `dir` (tab-separated, a '#' header line each):
  *   eval.tsv       elapsed_s clock epoch test_accuracy test_loss
  *   loss.tsv       clock epoch mean_loss workers        (mean over the workers' steps at a clock)
  *   update_staleness.tsv  update_staleness count share  (servers' histogram, summed over shards)
@@ -132,11 +132,13 @@ bool zps_runstats_target(const zps_runstats_t *rs, double target, double *second
  *                  update_staleness_p50 update_staleness_p99 update_staleness_max
  *                  pushes_dropped, then
  *                  seconds_to_<target> per target; "NA" where unknown
+ * Each is a new file in the directory descriptor `dir` (the run folder,
+ * launch_rundir.h), made with O_EXCL|O_NOFOLLOW: a table that exists
+ * already, or a link planted under its name, is not written.
  * Returns 0 or ZPS_EIO (a table that could not be written; the others are
  * still tried). Blocks on the file system.
  */
-int zps_runstats_write_tables(const zps_runstats_t *rs, const zps_run_info_t *info,
-                              const char *dir);
+int zps_runstats_write_tables(const zps_runstats_t *rs, const zps_run_info_t *info, int dir);
 
 struct zps_json;
 /*

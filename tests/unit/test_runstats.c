@@ -3,6 +3,7 @@
  * lines and STATS replies written by hand, against values worked out by hand
  * in the comments; and the JSON reader they rest on (common/json.c).
  */
+#include <fcntl.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -295,7 +296,9 @@ static void test_tables(void **state)
     zps_run_info_t in = info();
     char dir[] = "/tmp/zps-runstats-XXXXXX";
     assert_non_null(mkdtemp(dir));
-    assert_int_equal(zps_runstats_write_tables(rs, &in, dir), 0);
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    assert_true(dfd >= 0);
+    assert_int_equal(zps_runstats_write_tables(rs, &in, dfd), 0);
     char path[256], line[1024];
     snprintf(path, sizeof(path), "%s/summary.tsv", dir);
     FILE *f = fopen(path, "r");
@@ -314,6 +317,32 @@ static void test_tables(void **state)
         assert_int_equal(access(path, R_OK), 0);
         unlink(path);
     }
+    /* A name planted in the folder, a link to a file of ours, is not
+     * written through: that table fails, the file keeps its bytes, and the
+     * other tables are still written. */
+    char victim[300];
+    snprintf(victim, sizeof(victim), "%s/victim", dir);
+    f = fopen(victim, "w");
+    assert_non_null(f);
+    fputs("keep me\n", f);
+    fclose(f);
+    snprintf(path, sizeof(path), "%s/loss.tsv", dir);
+    assert_int_equal(symlink(victim, path), 0);
+    assert_int_equal(zps_runstats_write_tables(rs, &in, dfd), ZPS_EIO);
+    f = fopen(victim, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(line, sizeof(line), f));
+    assert_null(fgets(line + 100, 100, f));
+    fclose(f);
+    assert_string_equal(line, "keep me\n");
+    unlink(path);
+    unlink(victim);
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+        assert_int_equal(access(path, R_OK), strcmp(names[i], "loss.tsv") == 0 ? -1 : 0);
+        unlink(path);
+    }
+    close(dfd);
     rmdir(dir);
     zps_runstats_free(rs);
 }
