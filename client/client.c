@@ -1588,7 +1588,7 @@ static int sum_slices(zps_client_t *c, const char *what)
         if (k->req.type == ZPS_MSG_PUSH && k->shm_state == SHM_ON && k->count == k->shm_len) {
             /* Into the shared-memory slot in the same pass (shm_use). */
             float mx;
-            k->req.checksum = zps_crc_copy_scan_max(k->shm_slot, v, k->count, &bad, &mx);
+            k->req.checksum = zps_crc_copy_out_scan_max(k->shm_slot, v, k->count, &bad, &mx);
             k->shm_written_id = bad < k->count ? 0 : k->req.request_id;
         } else {
             k->req.checksum = zps_crc_scan(v, k->count, &bad);

@@ -309,8 +309,8 @@ static int decode_header(zps_message_t *msg, const void *data, size_t len)
 }
 
 static int judge(zps_message_t *msg, bool verify);
-static uint32_t scan_max_run(uint32_t crc, float *dst, const float *src, size_t count,
-                             size_t *first_bad, float *abs_max);
+static uint32_t scan_max_run(uint32_t crc, float *dst, const float *src, bool scan_src,
+                             size_t count, size_t *first_bad, float *abs_max);
 static uint32_t copy_out(const zps_message_t *msg, float *dst, size_t *at, const void *src,
                          size_t bytes, uint32_t crc);
 
@@ -481,7 +481,7 @@ static void frames_chunk(void *arg, size_t g, unsigned lane)
         size_t fbad;
         float fmx;
         pt->crc = j->wide ? zps_bf16_widen_scan(j->wide + at, src, k, &fbad, &fmx, pt->crc)
-                          : scan_max_run(pt->crc, NULL, src, k, &fbad, &fmx);
+                          : scan_max_run(pt->crc, NULL, src, false, k, &fbad, &fmx);
         if (pt->bad == SIZE_MAX && fbad < k)
             pt->bad = at + fbad;
         pt->mx = fmx > pt->mx ? fmx : pt->mx;
@@ -997,8 +997,8 @@ ZPS_CLONES_AVX512 static uint32_t abs_max_bits(const float *v, size_t count)
  * and scanned while it is in cache), one block at a time; the CRC32C
  * continues from `crc`.
  */
-static uint32_t scan_max_run(uint32_t crc, float *dst, const float *src, size_t count,
-                             size_t *first_bad, float *abs_max)
+static uint32_t scan_max_run(uint32_t crc, float *dst, const float *src, bool scan_src,
+                             size_t count, size_t *first_bad, float *abs_max)
 {
     enum { BLOCK = 8192 };
     uint32_t mx = 0;
@@ -1008,7 +1008,7 @@ static uint32_t scan_max_run(uint32_t crc, float *dst, const float *src, size_t 
         const float *v = src + i;
         if (dst) {
             crc = zps_crc32c_copy(crc, dst + i, src + i, n * sizeof(float));
-            v = dst + i;
+            v = scan_src ? src + i : dst + i;
         } else {
             crc = zps_crc32c(crc, v, n * sizeof(float));
         }
@@ -1031,6 +1031,7 @@ static uint32_t scan_max_run(uint32_t crc, float *dst, const float *src, size_t 
 typedef struct scan_job {
     float *dst;
     const float *src;
+    bool scan_src;
     size_t count, chunk; /* in values */
     scan_part_t part[ZPS_POOL_CHUNKS_MAX];
 } scan_job_t;
@@ -1042,17 +1043,18 @@ static void scan_chunk(void *arg, size_t i, unsigned lane)
     size_t lo = i * j->chunk, n = zps_pool_piece(i, j->chunk, j->count);
     scan_part_t *pt = &j->part[i];
     size_t bad;
-    pt->crc = scan_max_run(0, j->dst ? j->dst + lo : NULL, j->src + lo, n, &bad, &pt->mx);
+    pt->crc = scan_max_run(0, j->dst ? j->dst + lo : NULL, j->src + lo, j->scan_src, n, &bad,
+                           &pt->mx);
     pt->bytes = n * sizeof(float);
     pt->bad = bad < n ? lo + bad : SIZE_MAX;
 }
 
-static uint32_t scan_max(uint32_t crc, float *dst, const float *src, size_t count,
+static uint32_t scan_max(uint32_t crc, float *dst, const float *src, bool scan_src, size_t count,
                          size_t *first_bad, float *abs_max)
 {
     if (count * sizeof(float) < 2 * ZPS_POOL_CHUNK_MIN) /* one chunk */
-        return scan_max_run(crc, dst, src, count, first_bad, abs_max);
-    scan_job_t j = {.dst = dst, .src = src, .count = count};
+        return scan_max_run(crc, dst, src, scan_src, count, first_bad, abs_max);
+    scan_job_t j = {.dst = dst, .src = src, .scan_src = scan_src, .count = count};
     j.chunk = zps_pool_chunk(count * sizeof(float), 64) / sizeof(float);
     size_t chunks = zps_pool_chunks(count, j.chunk);
     zps_pool_run(chunks, scan_chunk, &j);
@@ -1062,13 +1064,19 @@ static uint32_t scan_max(uint32_t crc, float *dst, const float *src, size_t coun
 
 uint32_t zps_crc_scan_max(const float *v, size_t count, size_t *first_bad, float *abs_max)
 {
-    return scan_max(0, NULL, v, count, first_bad, abs_max);
+    return scan_max(0, NULL, v, false, count, first_bad, abs_max);
 }
 
 uint32_t zps_crc_copy_scan_max(float *dst, const float *src, size_t count, size_t *first_bad,
                                float *abs_max)
 {
-    return scan_max(0, dst, src, count, first_bad, abs_max);
+    return scan_max(0, dst, src, false, count, first_bad, abs_max);
+}
+
+uint32_t zps_crc_copy_out_scan_max(float *dst, const float *src, size_t count, size_t *first_bad,
+                                   float *abs_max)
+{
+    return scan_max(0, dst, src, true, count, first_bad, abs_max);
 }
 
 /* A bit test: the AVX-512 version is three times faster than SSE2's. */

@@ -410,10 +410,21 @@ int zps_wire_send_seal_unknown(void *sock, const zps_peer_t *peer, const unsigne
 
 /*
  * As zps_crc_scan_max, copying src[count] to dst in the same pass: the CRC32C
- * and the scan are of the bytes as copied (src may change meanwhile).
+ * and the scan are of the bytes as copied, read back from dst (src, memory
+ * another process may write, such as a shared-memory slot, may change
+ * meanwhile; dst is the caller's own).
  */
 uint32_t zps_crc_copy_scan_max(float *dst, const float *src, size_t count, size_t *first_bad,
                                float *abs_max);
+
+/*
+ * The other way round: dst is the memory another process may write, src the
+ * caller's own. The CRC32C is of the bytes as written to dst, the scan reads
+ * src, so a value changed in dst after the copy is never blamed on src (the
+ * reader's checksum of dst finds it instead).
+ */
+uint32_t zps_crc_copy_out_scan_max(float *dst, const float *src, size_t count, size_t *first_bad,
+                                   float *abs_max);
 
 /* True when all `count` values are finite; *first_bad gets the index of the first that is not. */
 bool zps_all_finite(const float *v, size_t count, size_t *first_bad);

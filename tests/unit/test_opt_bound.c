@@ -409,6 +409,11 @@ static void test_scan_max(void **state)
     assert_int_equal(zps_crc_copy_scan_max(copy, v, LONG, &bad2, &mx), whole);
     assert_int_equal(bad2, bad);
     assert_true(isinf(mx));
+    memset(copy, 0, LONG * sizeof(float));
+    assert_int_equal(zps_crc_copy_out_scan_max(copy, v, LONG, &bad2, &mx), whole);
+    assert_int_equal(bad2, bad);
+    assert_true(isinf(mx));
+    assert_memory_equal(copy, v, LONG * sizeof(float));
     free(v);
     free(copy);
 }
