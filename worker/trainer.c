@@ -711,6 +711,43 @@ static int secure_opts(const zps_trainer_config_t *cfg, zps_client_opts_t *co)
     return rc;
 }
 
+/*
+ * Every server must count the workers this one was told of: a worker of W
+ * in a cluster of another W would wait at a barrier that never opens, or
+ * train on a data share that overlaps another's. Each server's STATS says
+ * its --workers (`config`); another value is ZPS_ECONFIG, at once.
+ */
+static int check_workers(const zps_trainer_config_t *cfg, zps_client_t *client)
+{
+    for (size_t i = 0; i < cfg->server_count; i++) {
+        char *json = NULL;
+        int rc = zps_client_stats(client, i, &json);
+        if (rc) {
+            zps_error("asking server %zu at %s for its configuration failed: %s (%s)", i,
+                      cfg->servers[i], zps_client_last_error(client), zps_errname(rc));
+            return rc;
+        }
+        zps_json_t *o = NULL;
+        double w = -1;
+        if (zps_json_parse(json, &o, NULL, 0) == 0)
+            w = zps_json_number(zps_json_get(zps_json_get(o, "config"), "workers"), -1);
+        zps_json_free(o);
+        free(json);
+        if (w < 0) {
+            zps_error("server %zu at %s does not say how many workers it serves", i,
+                      cfg->servers[i]);
+            return ZPS_EPROTO;
+        }
+        if (w != (double)cfg->workers) {
+            zps_error("server %zu at %s serves --workers %.0f; this worker was started with "
+                      "--workers %u: start every worker and server with the same count (%s)",
+                      i, cfg->servers[i], w, cfg->workers, zps_errname(ZPS_ECONFIG));
+            return ZPS_ECONFIG;
+        }
+    }
+    return 0;
+}
+
 static int run_distributed(trainer_t *T)
 {
     const zps_trainer_config_t *cfg = T->cfg;
@@ -738,6 +775,8 @@ static int run_distributed(trainer_t *T)
     const float *grad = zps_backend_grad(T->be);
     uint64_t n = T->model.nparams;
 
+    if ((rc = check_workers(cfg, client)) != 0)
+        goto done;
     if (cfg->rank == 0) {
         zps_model_init_params(&T->model, cfg->seed, params);
         if ((rc = zps_client_init(client, params, n)) != 0) {

@@ -4,7 +4,8 @@
 # and keeps waiting, as it must at a cluster's start; then periodically: it
 # logs which server it waits for, for which request and how long, and that
 # nothing is connected there and why; against a live server holding a pull back it
-# logs the pull and its clock, without that hint.
+# logs the pull and its clock, without that hint. A worker's first request
+# is STATS, which its --workers must match.
 #
 # usage: worker_wait_log.sh ZPS_SERVER_BIN ZPS_BIN ZPS_WORKER_BIN
 set -euo pipefail
@@ -50,8 +51,8 @@ wait "$w0" 2>/dev/null || true
 w0=$!
 pids+=($w0)
 wait_for_line "$dir/w0.log" \
-    "WARN  \[worker 0\] waiting for server 0 at $dead: no answer to init for [0-9]* ms (not connected: connection refused)"
-wait_for_line "$dir/w0.log" "no answer to init for [1-9] s"
+    "WARN  \[worker 0\] waiting for server 0 at $dead: no answer to stats for [0-9]* ms (not connected: connection refused)"
+wait_for_line "$dir/w0.log" "no answer to stats for [1-9] s"
 kill -0 "$w0" 2>/dev/null || fail "worker 0 exited: $(cat "$dir/w0.log")"
 kill "$w0"
 wait "$w0" 2>/dev/null || true
@@ -68,5 +69,19 @@ wait_for_line "$dir/w1.log" \
 kill "$w1"
 wait "$w1" 2>/dev/null || true
 expect_keyed "$ep"
+
+# A worker told of another number of workers than the server serves would
+# wait at a barrier that never opens: it asks first (STATS, the request the
+# records above name) and exits 1 at once, naming both counts.
+t0=$(date +%s%N)
+rc=0
+"$worker_bin" --servers "$ep" --rank 0 --workers 3 "${data[@]}" "${client_keys[@]}" \
+    2>"$dir/w3.log" || rc=$?
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+[ "$rc" = 1 ] || fail "--workers 3 against a server of 2: exit $rc, expected 1: $(cat "$dir/w3.log")"
+grep -q "server 0 at $ep serves --workers 2; this worker was started with --workers 3: .*(ZPS_ECONFIG)" \
+    "$dir/w3.log" || fail "--workers 3: not said: $(cat "$dir/w3.log")"
+grep -q "initialised" "$dir/w3.log" && fail "--workers 3: the worker initialised the model first"
+echo "--workers 3 against a server of 2: refused after $ms ms"
 
 echo "worker wait log: all checks passed"
