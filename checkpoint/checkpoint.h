@@ -49,6 +49,14 @@
 /* Final file names: shard-<I>-of-<S>-v<version, 20 digits>.zpsckpt */
 #define ZPS_CKPT_SUFFIX ".zpsckpt"
 
+/*
+ * Clocks, the version and step counts a checkpoint may hold are below 2^53:
+ * STATS reports them as JSON numbers, exact up to there, and no run takes
+ * that many steps (285 years at one a microsecond). A larger one is a
+ * corrupt or forged file, whatever its CRCs say.
+ */
+#define ZPS_CKPT_CLOCK_LIMIT (UINT64_C(1) << 53)
+
 /* Optimizer state arrays a checkpoint holds at most, and their name size. */
 #define ZPS_CKPT_MAX_STATE 2
 #define ZPS_CKPT_NAME_SIZE 16

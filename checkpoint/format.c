@@ -229,6 +229,51 @@ static int check_workers_fields(const zps_ckpt_t *c, char *why, size_t why_size)
     return 0;
 }
 
+/*
+ * Are the clocks of `c` ones a shard can reach (docs/checkpoint.md, "What a
+ * reader checks")? Every count below ZPS_CKPT_CLOCK_LIMIT; under BSP no
+ * worker's next clock past the version (the writer clamps it there); under
+ * SSP and ASP no more steps than pushes (each step applied one push of a
+ * clock below its worker's next). A file whose CRCs are valid but whose
+ * clocks break these would wrap a worker's clock, or stall every worker
+ * behind one that can never catch up. Returns 0, or -1 with the reason.
+ */
+static int check_clocks(const zps_ckpt_t *c, char *why, size_t why_size)
+{
+    if (c->version >= ZPS_CKPT_CLOCK_LIMIT || c->opt_steps >= ZPS_CKPT_CLOCK_LIMIT) {
+        zps_set_reason(why, why_size,
+                       "version %" PRIu64 ", optimizer step %" PRIu64 ": at most 2^53 - 1",
+                       c->version, c->opt_steps);
+        return -1;
+    }
+    uint64_t sum = 0;
+    for (uint32_t w = 0; w < c->workers; w++) {
+        if (c->pushed[w] >= ZPS_CKPT_CLOCK_LIMIT || c->dropped[w] >= ZPS_CKPT_CLOCK_LIMIT) {
+            zps_set_reason(why, why_size,
+                           "worker %" PRIu32 "'s next clock %" PRIu64 ", dropped %" PRIu64
+                           ": at most 2^53 - 1",
+                           w, c->pushed[w], c->dropped[w]);
+            return -1;
+        }
+        if (c->mode == ZPS_MODE_BSP && c->pushed[w] > c->version) {
+            zps_set_reason(why, why_size,
+                           "worker %" PRIu32 "'s next clock %" PRIu64
+                           " is past the version %" PRIu64 " (under BSP it is at most the version)",
+                           w, c->pushed[w], c->version);
+            return -1;
+        }
+        sum += c->pushed[w]; /* W < 2^32 terms below 2^53: no overflow */
+    }
+    if (c->mode != ZPS_MODE_BSP && c->version > sum) {
+        zps_set_reason(why, why_size,
+                       "version %" PRIu64 " is more steps than the %" PRIu64
+                       " pushes the workers' next clocks account for",
+                       c->version, sum);
+        return -1;
+    }
+    return 0;
+}
+
 /* ---- encoding ---- */
 
 int zps_ckpt_write_all(int fd, const void *buf, size_t n)
@@ -431,6 +476,8 @@ int zps_ckpt_validate(const zps_ckpt_t *c, char *why, size_t why_size)
                  c->workers);
         goto invalid;
     }
+    if (check_clocks(c, reason, sizeof(reason)) != 0)
+        goto invalid;
     if (len > 0 && c->params == NULL) {
         snprintf(reason, sizeof(reason), "params is NULL for a range of %zu elements", len);
         goto invalid;
@@ -1232,6 +1279,16 @@ static int load(const char *path, zps_ckpt_scan_t *scan, bool decode_arrays, zps
             load_array(&L, s, &e[s], &L.c.state[e[s].id - ZPS_CKPT_SEC_STATE]);
             break;
         }
+    }
+
+    /* The sections' contents together: clocks a shard can reach. */
+    if ((L.rc == 0 || scan) && L.have_shard && L.have_opt && L.have_workers) {
+        char msg[200];
+        uint32_t ws = 0;
+        while (ws < nsec && e[ws].id != ZPS_CKPT_SEC_WORKERS)
+            ws++;
+        if (check_clocks(&L.c, msg, sizeof(msg)) != 0)
+            section_bad(&L, ws, ZPS_ECORRUPT, "section 'workers': implausible clocks: %s", msg);
     }
 
 done:

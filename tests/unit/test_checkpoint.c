@@ -250,10 +250,15 @@ static fixture_t *make_fixture(uint32_t index, uint32_t count, uint64_t total, z
     c->workers = workers;
     c->ssp_bound = mode == ZPS_MODE_SSP ? 3 : 0;
     c->backup = mode == ZPS_MODE_BSP && workers > 2 ? 2 : 0;
+    /* Distinct clocks a shard can reach (check_clocks): under BSP none past
+     * the version; under SSP and ASP, worker 0 alone accounts for it. The
+     * largest use the high bytes the 2^53 limit leaves. */
     for (uint32_t w = 0; w < workers; w++) {
-        f->pushed[w] = version + (w % 3 == 0 ? 0 : 1) + (uint64_t)w * 1000000007ull;
+        uint64_t back = w % 3 < version ? w % 3 : version;
+        f->pushed[w] = mode == ZPS_MODE_BSP ? version - back
+                                            : version + (w % 3) + (uint64_t)w * 1000000007ull;
         f->live[w] = w % 2 == 0 || w == 3;
-        f->dropped[w] = (uint64_t)w * w + (w == 1 ? UINT64_MAX - 5 : 0);
+        f->dropped[w] = (uint64_t)w * w + (w == 1 ? ZPS_CKPT_CLOCK_LIMIT - 6 : 0);
     }
     c->pushed = f->pushed;
     c->live = f->live;
@@ -553,7 +558,7 @@ static void test_restored_optimizer_continues_exactly(void **state)
 static void test_layout_matches_docs(void **state)
 {
     (void)state;
-    fixture_t *f = make_fixture(1, 2, 20, ZPS_OPT_ADAM, false, ZPS_MODE_SSP, 3, 0x0102030405060708);
+    fixture_t *f = make_fixture(1, 2, 20, ZPS_OPT_ADAM, false, ZPS_MODE_SSP, 3, 0x0012030405060708);
     const char *path = write_fixture(f);
     size_t len;
     uint8_t *b = slurp(path, &len);
@@ -590,7 +595,7 @@ static void test_layout_matches_docs(void **state)
     assert_int_equal(le64(p + 8), 20);
     assert_int_equal(le64(p + 16), 10);
     assert_int_equal(le64(p + 24), 20);
-    assert_int_equal(le64(p + 32), 0x0102030405060708);
+    assert_int_equal(le64(p + 32), 0x0012030405060708);
     assert_int_equal(p[32], 0x08); /* little-endian */
 
     /* Optimizer section: enums, doubles as their bits, counts, names. */
@@ -813,6 +818,98 @@ static void test_refuse_invalid_contents(void **state)
         expect_refused(path, ZPS_ECORRUPT, cases[k].msg);
         free(x);
     }
+    free(b);
+    free_fixture(f);
+}
+
+/*
+ * Clocks no shard can reach, with every checksum right: a next clock of
+ * 2^64 - 1 (its next push would wrap the worker to clock 0), a BSP worker
+ * past the version, more SSP/ASP steps than pushes. The reader refuses
+ * each, and the writer never writes one.
+ */
+static void forge_clock(const char *path, const uint8_t *b, size_t len, size_t at, uint64_t v)
+{
+    uint8_t *x = malloc(len);
+    assert_non_null(x);
+    memcpy(x, b, len);
+    set_le32(x + at, (uint32_t)v);
+    set_le32(x + at + 4, (uint32_t)(v >> 32));
+    uint8_t *e = x + 64 + 24 * 2; /* the workers section's entry */
+    set_le32(e + 4, zps_crc32c(0, x + le64(e + 8), le64(e + 16)));
+    uint32_t nsec = le32(x + 24);
+    set_le32(x + 28, zps_crc32c(0, x + 64, 24 * (size_t)nsec));
+    set_le32(x + 60, zps_crc32c(0, x, 60));
+    spit(path, x, len);
+    free(x);
+}
+
+static void test_refuse_implausible_clocks(void **state)
+{
+    (void)state;
+    /* BSP, W = 3, version 1: pushed {1, 0, 0}, dropped {0, 1 + 2^53 - 6, 4}. */
+    fixture_t *f = make_fixture(0, 1, 10, ZPS_OPT_ADAM, false, ZPS_MODE_BSP, 3, 1);
+    layout_t l = layout_of(&f->c);
+    const char *path = write_fixture(f);
+    size_t len;
+    uint8_t *b = slurp(path, &len);
+    forge_clock(path, b, len, l.workers + 16 + 8 * 2, UINT64_MAX);
+    expect_refused(path, ZPS_ECORRUPT,
+                   "section 'workers': implausible clocks: worker 2's next clock "
+                   "18446744073709551615, dropped 4: at most 2^53 - 1");
+    forge_clock(path, b, len, l.workers + 16 + 8 * 1, 2);
+    expect_refused(path, ZPS_ECORRUPT,
+                   "section 'workers': implausible clocks: worker 1's next clock 2 is past the "
+                   "version 1 (under BSP it is at most the version)");
+    forge_clock(path, b, len, l.workers + 16 + 8 * 1, 1); /* at the version: fine */
+    zps_ckpt_t out;
+    char why[512] = "";
+    assert_int_equal(zps_ckpt_read(path, &out, why, sizeof(why)), 0);
+    zps_ckpt_fini(&out);
+    forge_clock(path, b, len, l.shard + 32, ZPS_CKPT_CLOCK_LIMIT); /* the version */
+    uint8_t *x = slurp(path, &len);
+    uint8_t *e = x + 64; /* the shard section's entry */
+    set_le32(e + 4, zps_crc32c(0, x + le64(e + 8), le64(e + 16)));
+    set_le32(x + 28, zps_crc32c(0, x + 64, 24 * (size_t)le32(x + 24)));
+    set_le32(x + 60, zps_crc32c(0, x, 60));
+    spit(path, x, len);
+    free(x);
+    expect_refused(path, ZPS_ECORRUPT,
+                   "section 'workers': implausible clocks: version 9007199254740992, optimizer "
+                   "step 1001: at most 2^53 - 1");
+    free(b);
+
+    /* The writer refuses the same. */
+    zps_ckpt_t c = f->c;
+    uint64_t pushed[3] = {1, 0, UINT64_MAX};
+    c.pushed = pushed;
+    assert_int_equal(zps_ckpt_write(dir, &c, NULL, 0, why, sizeof(why)), ZPS_EINVAL);
+    assert_string_equal(why, "not a valid checkpoint: worker 2's next clock 18446744073709551615, "
+                             "dropped 4: at most 2^53 - 1");
+    free_fixture(f);
+
+    /* ASP, W = 2, version 5: pushed {5, 1000000013}. Five steps need five pushes. */
+    f = make_fixture(0, 1, 10, ZPS_OPT_SGD, false, ZPS_MODE_ASP, 2, 5);
+    l = layout_of(&f->c);
+    path = write_fixture(f);
+    b = slurp(path, &len);
+    forge_clock(path, b, len, l.workers + 16 + 8 * 1, 0);
+    assert_int_equal(zps_ckpt_read(path, &out, why, sizeof(why)), 0); /* 5 + 0 pushes */
+    zps_ckpt_fini(&out);
+    forge_clock(path, b, len, l.workers + 16, 4);
+    /* worker 1's stays 1000000013: still enough */
+    assert_int_equal(zps_ckpt_read(path, &out, why, sizeof(why)), 0);
+    zps_ckpt_fini(&out);
+    uint8_t *y = malloc(len);
+    assert_non_null(y);
+    memcpy(y, b, len);
+    set_le32(y + l.workers + 16 + 8, 0);
+    set_le32(y + l.workers + 16 + 12, 0);
+    forge_clock(path, y, len, l.workers + 16, 4);
+    expect_refused(path, ZPS_ECORRUPT,
+                   "section 'workers': implausible clocks: version 5 is more steps than the 4 "
+                   "pushes the workers' next clocks account for");
+    free(y);
     free(b);
     free_fixture(f);
 }
@@ -1423,6 +1520,7 @@ int main(void)
         T(test_refuse_flipped_byte_in_each_part),
         T(test_refuse_magic_and_version),
         T(test_refuse_invalid_contents),
+        T(test_refuse_implausible_clocks),
         T(test_check_shard),
         T(test_write_refuses_invalid),
         T(test_failed_write_leaves_nothing),
