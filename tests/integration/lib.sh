@@ -34,6 +34,7 @@ if [ "${ZPS_TEST_SECURE:-0}" = 1 ]; then
         "$zps" keygen "$dir/keys/$k" >/dev/null || fail "zps keygen $dir/keys/$k"
     done
     echo "$(cat "$dir/keys/admin.pub") admin" >"$dir/keys/authorized_keys"
+    chmod 644 "$dir/keys/authorized_keys" # whatever the umask: servers refuse a group-writable list
     server_keys=(--key "$dir/keys/server.key" --authorized-keys "$dir/keys/authorized_keys")
     client_keys=(--key "$dir/keys/admin.key" --server-key "$dir/keys/server.pub")
     echo "keyed run: servers with $dir/keys/server.key, clients with the admin key"

@@ -345,4 +345,5 @@ mh_keys() {
         for ((r = 1; r < workers; r++)); do echo "$(cat "$mh_dir/w$r.pub") worker $r"; done
         echo "$(cat "$mh_dir/rd.pub") reader"
     } >"$mh_dir/authorized_keys"
+    chmod 644 "$mh_dir/authorized_keys" # whatever the umask: servers refuse a group-writable list
 }
