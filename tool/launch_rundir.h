@@ -1,7 +1,7 @@
 /*
  * launch_rundir.h - the run folder of `zps launch`, made so that no other
  * user of this host can swap it, or a file in it, for a link to a file of
- * ours (docs/security.md, "The runs directory").
+ * ours (docs/security.md, "What is not protected").
  *
  * A run folder RUNS/NAME is safe when nobody but us (and root) can rename
  * or replace an entry on the way to it: every directory from / down to

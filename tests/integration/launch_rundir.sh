@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # zps launch's runs directory against another local user (issue 35, docs/
-# security.md "The runs directory"), with a real second uid (setpriv, as
-# root; skipped otherwise):
+# security.md "What is not protected"), with a second local user the test
+# makes and deletes (useradd, userdel; acted as with setpriv, as root;
+# skipped otherwise):
 #   - a runs directory others may write, and that is not sticky, is refused
 #     before anything is made in it (usage, 2), naming `chmod go-w` (or g-w);
 #     so is one owned by another user (naming `chown`), and one below a
@@ -23,8 +24,22 @@ if [ "$(id -u)" != 0 ] || ! command -v setpriv >/dev/null; then
     echo "skipped: needs root and setpriv to act as a second user"
     exit 77
 fi
-other=12345
-as_other() { setpriv --reuid "$other" --regid "$other" --clear-groups "$@"; }
+# The second user: made for this test and deleted at its end (useradd), or
+# a bare uid no user has where useradd is missing.
+user=""
+if command -v useradd >/dev/null && command -v userdel >/dev/null &&
+    useradd --system --no-create-home --user-group --shell /usr/sbin/nologin "zpsrd$$" 2>/dev/null; then
+    user=zpsrd$$
+    trap 'userdel "$user" 2>/dev/null || true; cleanup' EXIT
+    other=$(id -u "$user")
+    group=$(id -g "$user")
+    echo "second user: $user (uid $other), made for this test"
+else
+    other=12345
+    group=12345
+    echo "second user: uid $other (no useradd: a uid no user has)"
+fi
+as_other() { setpriv --reuid "$other" --regid "$group" --clear-groups "$@"; }
 chmod 755 "$dir"
 run=(--servers 1 --workers 1 --mode asp --model linear:8 --data synthetic:n=400,test=100,dim=8
     --clocks 10 --no-progress --time-limit 120)
@@ -55,8 +70,8 @@ refused "$dir/group" "is writable by its group (mode 0775)" "chmod g-w $dir/grou
 
 # 2. Owned by another user.
 mkdir -m 755 "$dir/theirs"
-chown "$other:$other" "$dir/theirs"
-refused "$dir/theirs" "the runs directory $dir/theirs is owned by user" "(uid $other)" \
+chown "$other:$group" "$dir/theirs"
+refused "$dir/theirs" "the runs directory $dir/theirs is owned by user ${user:-$other} (uid $other)" \
     "chown root $dir/theirs"
 echo "another user's runs directory: refused"
 
