@@ -26,6 +26,7 @@
 #include "checksum.h"
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "pool.h"
@@ -281,13 +282,15 @@ uint32_t zps_crc32c(uint32_t crc, const void *buf, size_t len)
     return ~sw_update(~crc, buf, len);
 }
 
-static uint32_t copy_run(uint32_t crc, unsigned char *d, const unsigned char *p, size_t len)
+/* The CRC is of dst as written (of_src false) or of src (of_src true), each block while in cache. */
+static uint32_t copy_run(uint32_t crc, unsigned char *d, const unsigned char *p, size_t len,
+                         bool of_src)
 {
     enum { BLOCK = 32768 };
     for (size_t i = 0; i < len; i += BLOCK) {
         size_t n = len - i < BLOCK ? len - i : BLOCK;
         memcpy(d + i, p + i, n);
-        crc = zps_crc32c(crc, d + i, n);
+        crc = zps_crc32c(crc, of_src ? p + i : d + i, n);
     }
     return crc;
 }
@@ -296,6 +299,7 @@ static uint32_t copy_run(uint32_t crc, unsigned char *d, const unsigned char *p,
 typedef struct copy_job {
     unsigned char *d;
     const unsigned char *p;
+    bool of_src;
     size_t len, chunk;
     uint32_t crc[ZPS_POOL_CHUNKS_MAX];
 } copy_job_t;
@@ -305,19 +309,30 @@ static void copy_chunk(void *arg, size_t i, unsigned lane)
     (void)lane;
     copy_job_t *j = arg;
     size_t lo = i * j->chunk, n = zps_pool_piece(i, j->chunk, j->len);
-    j->crc[i] = copy_run(0, j->d + lo, j->p + lo, n);
+    j->crc[i] = copy_run(0, j->d + lo, j->p + lo, n, j->of_src);
 }
 
-uint32_t zps_crc32c_copy(uint32_t crc, void *dst, const void *src, size_t len)
+static uint32_t copy_crc(uint32_t crc, void *dst, const void *src, size_t len, bool of_src)
 {
     if (len < 2 * ZPS_POOL_CHUNK_MIN) /* one chunk */
-        return copy_run(crc, dst, src, len);
-    copy_job_t j = {.d = dst, .p = src, .len = len, .chunk = zps_pool_chunk(len, 64)};
+        return copy_run(crc, dst, src, len, of_src);
+    copy_job_t j = {.d = dst, .p = src, .of_src = of_src, .len = len,
+                    .chunk = zps_pool_chunk(len, 64)};
     size_t chunks = zps_pool_chunks(len, j.chunk);
     zps_pool_run(chunks, copy_chunk, &j);
     for (size_t i = 0; i < chunks; i++)
         crc = zps_crc32c_combine(crc, j.crc[i], zps_pool_piece(i, j.chunk, len));
     return crc;
+}
+
+uint32_t zps_crc32c_copy(uint32_t crc, void *dst, const void *src, size_t len)
+{
+    return copy_crc(crc, dst, src, len, false);
+}
+
+uint32_t zps_crc32c_copy_out(uint32_t crc, void *dst, const void *src, size_t len)
+{
+    return copy_crc(crc, dst, src, len, true);
 }
 
 /*

@@ -34,6 +34,13 @@ uint32_t zps_crc32c(uint32_t crc, const void *buf, size_t len);
 uint32_t zps_crc32c_copy(uint32_t crc, void *dst, const void *src, size_t len);
 
 /*
+ * As zps_crc32c_copy, but the CRC is of src, the caller's own memory, not of
+ * dst as read back: for a copy into memory another process may write (a
+ * shared-memory slot), whose later changes the reader's checksum must find.
+ */
+uint32_t zps_crc32c_copy_out(uint32_t crc, void *dst, const void *src, size_t len);
+
+/*
  * The CRC32C of a followed by b, from crc_a = zps_crc32c(0, a, ...), crc_b =
  * zps_crc32c(0, b, len_b) and b's length: pieces checksummed apart, on
  * different threads, are joined without reading them again.

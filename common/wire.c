@@ -1007,7 +1007,8 @@ static uint32_t scan_max_run(uint32_t crc, float *dst, const float *src, bool sc
         size_t n = count - i < BLOCK ? count - i : BLOCK;
         const float *v = src + i;
         if (dst) {
-            crc = zps_crc32c_copy(crc, dst + i, src + i, n * sizeof(float));
+            crc = scan_src ? zps_crc32c_copy_out(crc, dst + i, src + i, n * sizeof(float))
+                           : zps_crc32c_copy(crc, dst + i, src + i, n * sizeof(float));
             v = scan_src ? src + i : dst + i;
         } else {
             crc = zps_crc32c(crc, v, n * sizeof(float));

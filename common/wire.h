@@ -419,9 +419,10 @@ uint32_t zps_crc_copy_scan_max(float *dst, const float *src, size_t count, size_
 
 /*
  * The other way round: dst is the memory another process may write, src the
- * caller's own. The CRC32C is of the bytes as written to dst, the scan reads
- * src, so a value changed in dst after the copy is never blamed on src (the
- * reader's checksum of dst finds it instead).
+ * caller's own. The CRC32C and the scan are of src, so a value changed in
+ * dst after the copy is never blamed on src, and the checksum stays the
+ * payload's own when it is sent again from src over a socket (the reader's
+ * checksum of dst finds the change).
  */
 uint32_t zps_crc_copy_out_scan_max(float *dst, const float *src, size_t count, size_t *first_bad,
                                    float *abs_max);

@@ -134,6 +134,9 @@ static void test_combine(void **state)
     uint32_t prefix = zps_crc32c_sw(0, "prefix", 6);
     assert_int_equal(zps_crc32c_copy(prefix, dst, buf, big), zps_crc32c_sw(prefix, buf, big));
     assert_memory_equal(dst, buf, big);
+    memset(dst, 0, big);
+    assert_int_equal(zps_crc32c_copy_out(prefix, dst, buf, big), zps_crc32c_sw(prefix, buf, big));
+    assert_memory_equal(dst, buf, big);
     free(dst);
     free(buf);
 }
