@@ -31,7 +31,8 @@
  *     growing to gigabytes;
  *   - once every peer has gone, each server holds no more than its size at
  *     start, its state and the buffers it keeps for reuse (RETAINED_COPIES):
- *     what closed connections held has been handed back;
+ *     what closed connections held has been handed back (release builds:
+ *     AddressSanitizer's quarantine keeps freed memory resident);
  *   - the honest workers' steps per second in the hostile windows are at
  *     least half those in the quiet ones, and none of their pulls is
  *     refused with ZPS_EBUSY: worker 4's unread replies hold its own share
@@ -121,8 +122,10 @@
 #define MiB (1024ull * 1024ull)
 #ifdef ZPS_SANITIZED
 #define BOUND_BASE (384 * MiB)
+#define SANITIZED 1
 #else
 #define BOUND_BASE (64 * MiB)
+#define SANITIZED 0
 #endif
 #define CONNS_MAX 96
 
@@ -1233,7 +1236,10 @@ static void test_soak(void **state)
         if (rep[i].failed)
             fail_msg("%s: %s", role_names[i], rep[i].note);
     }
-    for (int s = 0; s < SHARDS; s++) {
+    /* Checked in release builds only: AddressSanitizer's allocator keeps
+     * freed blocks in its quarantine (256 MiB) and never gives them to
+     * malloc_trim, so its resident size stays near the peak. */
+    for (int s = 0; s < SHARDS && !SANITIZED; s++) {
         long allowed = rss_start[s] +
                        (long)((RETAINED_COPIES * SHARD_N * sizeof(float) + RETAINED_SLACK) / KiB);
         if (rss_end[s] < 0 || rss_end[s] > allowed)
