@@ -74,6 +74,7 @@ typedef struct zps_step {
     zps_message_t apply_msg;
     double lr_scale;
     uint64_t update_staleness;
+    int32_t dc_rank; /* its worker, when its gradient is delay-compensated first; else -1 */
     int rc;
 } zps_step_t;
 
@@ -128,6 +129,15 @@ typedef struct zps_daemon {
     zps_consistency_t *consistency;
     zps_slot_t *slots; /* [W] */
     zps_step_t step;
+    /* Delay compensation (--delay-compensation, handlers.c): the parameters
+     * last sent to each worker, [W][store.len] in one block, and whether
+     * any were (dc_sent[W]); the compensated gradient [store.len]. Made
+     * once the model's size is known (zps_daemon_model_known); dc_failed
+     * when that found no memory, and then every push is refused. */
+    float *dc_pulled;
+    bool *dc_sent;
+    float *dc_grad;
+    bool dc_failed;
     zps_check_t check;
     /* While a step or a check runs off the loop's thread, the first
      * request that touches the model (or comes from the connection the

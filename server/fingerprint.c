@@ -82,6 +82,7 @@ static size_t settings(const zps_server_config_t *cfg, field_t *f)
     f[n++] = int_field("cosine_steps", cosine ? o->cosine_steps : 0, NULL);
     f[n++] = real_field("lr_min", cosine ? o->lr_min : 0.0);
     f[n++] = int_field("warmup", o->warmup, NULL);
+    f[n++] = real_field("delay_compensation", bsp ? 0.0 : cfg->delay_comp);
     ZPS_ASSERT(n <= MAX_FIELDS);
     return n;
 }

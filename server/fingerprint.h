@@ -29,7 +29,7 @@
 #include "strbuf.h"
 
 /* The first word of the encoding; changes whenever the field list does. */
-#define ZPS_FINGERPRINT_FORMAT 1u
+#define ZPS_FINGERPRINT_FORMAT 2u
 
 /* The fingerprint of cfg (never 0). */
 uint64_t zps_fingerprint(const zps_server_config_t *cfg);

@@ -13,6 +13,7 @@
 
 #include "ckpt_queue.h"
 #include "daemon.h"
+#include "delay_comp.h"
 #include "error.h"
 #include "json.h"
 #include "log.h"
@@ -390,6 +391,25 @@ static bool step_begin(zps_daemon_t *d)
     return true;
 }
 
+/*
+ * Applies a push's gradient on arrival (SSP, ASP). With delay compensation
+ * and the parameters worker dc_rank (>= 0) was last sent, the gradient is
+ * compensated first (optimizer/delay_comp.h) and checked exactly: the bound
+ * g_max is of the gradient as it came.
+ */
+static int apply_push(zps_daemon_t *d, const float *grad, double g_max, double lr_scale,
+                      int32_t dc_rank, size_t *where)
+{
+    if (dc_rank >= 0 && d->dc_sent[dc_rank]) {
+        zps_delay_compensate(d->dc_grad, grad, d->store.params,
+                             d->dc_pulled + (size_t)dc_rank * d->store.len,
+                             (float)d->cfg->delay_comp, d->store.len);
+        grad = d->dc_grad;
+        g_max = INFINITY;
+    }
+    return zps_store_apply_bounded(&d->store, grad, g_max, lr_scale, where);
+}
+
 static void step_compute(zps_step_t *s)
 {
     zps_daemon_t *d = s->d;
@@ -400,8 +420,8 @@ static void step_compute(zps_step_t *s)
             ;
     }
     if (s->apply) {
-        s->rc = zps_store_apply_bounded(&d->store, zps_message_floats(&s->apply_msg), s->g_max,
-                                        s->lr_scale, &s->where);
+        s->rc = apply_push(d, zps_message_floats(&s->apply_msg), s->g_max, s->lr_scale,
+                           s->dc_rank, &s->where);
         return;
     }
     s->ok = zps_store_check_mean_segs(&d->store, d->segs, d->batches, s->k, s->g_max, d->grads,
@@ -621,6 +641,12 @@ void zps_handle_push(zps_daemon_t *d, zps_request_t *r)
     }
     if (!check_finite(d, r))
         return;
+    if (d->dc_failed && d->cfg->consistency.mode != ZPS_MODE_BSP) {
+        zps_reply_error(d, r, ZPS_ENOMEM,
+                        "the server has no memory for delay compensation's copies of the "
+                        "parameters: no push can be applied");
+        return;
+    }
     /* max|g|, found by the receive scan; unknown without it (exact check). */
     float g_max = r->msg->scanned ? r->msg->abs_max : INFINITY;
     /* Where the gradient is read: BSP keeps it where ZeroMQ received it, in
@@ -653,7 +679,8 @@ void zps_handle_push(zps_daemon_t *d, zps_request_t *r)
         zps_vhist_add(&d->clock_lag, d->furthest_clock - req->clock);
     }
     switch (dec.action) {
-    case ZPS_PUSH_APPLY:
+    case ZPS_PUSH_APPLY: {
+        int32_t dc_rank = d->dc_pulled ? req->worker : -1;
         if (in_background(d)) {
             /* Applied off the loop's thread, the message kept until then. */
             zps_step_t *s = &d->step;
@@ -663,14 +690,16 @@ void zps_handle_push(zps_daemon_t *d, zps_request_t *r)
             s->update_staleness = dec.update_staleness;
             s->push_reply_flags = r->reply_flags;
             s->where = 0;
+            s->dc_rank = dc_rank;
             zps_message_move(&s->apply_msg, r->msg);
             queue_step(d);
             return;
         }
-        rc = zps_store_apply_bounded(&d->store, grad, g_max, dec.lr_scale, &where);
+        rc = apply_push(d, grad, g_max, dec.lr_scale, dc_rank, &where);
         if (!applied(d, r, rc, where, dec.update_staleness, &h))
             return;
         break;
+    }
     case ZPS_PUSH_BUFFER: {
         zps_slot_t *sl = &d->slots[req->worker];
         ZPS_ASSERT(!sl->full);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "checkpoint.h"
+#include "delay_comp.h"
 #include "envflags.h"
 #include "error.h"
 #include "keys.h"
@@ -58,6 +59,10 @@ static void usage(FILE *f)
             "  --max-pending-pulls K  waiting pulls allowed per worker (default 4)\n"
             "  --lr-staleness RULE    pushes applied on arrival (ssp, asp): none (default), or\n"
             "                         inverse: lr / (1 + update staleness) (Zhang et al. 2016)\n"
+            "  --delay-compensation L pushes applied on arrival (ssp, asp): each gradient g\n"
+            "                         becomes g + L*g*g*(w_now - w_pulled), DC-ASGD (Zheng et\n"
+            "                         al. 2017), w_pulled the parameters last sent to its\n"
+            "                         worker: a copy of the shard per worker (default 0: off)\n"
             "  --worker-timeout SEC   evict a worker silent for SEC seconds so the others go\n"
             "                         on; it rejoins at the current clock (default 0: never)\n"
             "  --background-step-bytes B\n"
@@ -128,6 +133,7 @@ enum {
     OPT_BACKUP,
     OPT_MAX_PENDING,
     OPT_LR_STALENESS,
+    OPT_DELAY_COMP,
     OPT_WORKER_TIMEOUT,
     OPT_BACKGROUND_STEP,
     OPT_STEP_DELAY,
@@ -161,6 +167,7 @@ static const struct option options[] = {
     {"backup-workers", required_argument, NULL, OPT_BACKUP},
     {"max-pending-pulls", required_argument, NULL, OPT_MAX_PENDING},
     {"lr-staleness", required_argument, NULL, OPT_LR_STALENESS},
+    {"delay-compensation", required_argument, NULL, OPT_DELAY_COMP},
     {"worker-timeout", required_argument, NULL, OPT_WORKER_TIMEOUT},
     {"background-step-bytes", required_argument, NULL, OPT_BACKGROUND_STEP},
     {"step-delay-ms", required_argument, NULL, OPT_STEP_DELAY},
@@ -295,6 +302,11 @@ int main(int argc, char **argv)
             else
                 return bad_flag("--lr-staleness", a, "none or inverse");
             break;
+        case OPT_DELAY_COMP:
+            if (zps_parse_double(a, &d) || !(d >= 0 && d <= ZPS_DELAY_COMP_MAX))
+                return bad_flag("--delay-compensation", a, "a number in [0, 1e6]");
+            cfg.delay_comp = d;
+            break;
         case OPT_WORKER_TIMEOUT:
             if (zps_parse_double(a, &d) || d < 0 || d > 86400)
                 return bad_flag("--worker-timeout", a, "seconds in [0, 86400]");
@@ -406,6 +418,11 @@ int main(int argc, char **argv)
     if (cfg.consistency.lr_scaling != ZPS_LR_SCALING_NONE && cfg.consistency.mode == ZPS_MODE_BSP) {
         fprintf(stderr, "zps-server: --lr-staleness applies to pushes applied on arrival "
                         "(--mode ssp or asp); BSP steps are never stale\n");
+        return 2;
+    }
+    if (cfg.delay_comp > 0 && cfg.consistency.mode == ZPS_MODE_BSP) {
+        fprintf(stderr, "zps-server: --delay-compensation applies to pushes applied on arrival "
+                        "(--mode ssp or asp); a BSP step's gradients are never stale\n");
         return 2;
     }
     if (cfg.consistency.ssp_bound > 0 && cfg.consistency.mode != ZPS_MODE_SSP) {

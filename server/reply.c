@@ -5,6 +5,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "daemon.h"
 #include "error.h"
@@ -56,6 +57,7 @@ void zps_reply_send(zps_daemon_t *d, const zps_request_t *r, zps_header_t *h)
     /* A request that came sealed is answered sealed, on the socket it came
      * on; a session that has ended since (its CURVE connection closed) gets
      * nothing: its client opens a new one and asks again. */
+    bool payload = zps_wire_wants_payload(h);
     zps_session_t *session = NULL;
     if (r->peer->session) {
         session = zps_sessions_by_number(&d->sessions, r->peer->session);
@@ -124,6 +126,14 @@ void zps_reply_send(zps_daemon_t *d, const zps_request_t *r, zps_header_t *h)
         return;
     }
     d->count.msgs_out++;
+    /* Delay compensation compares the parameters a worker's next push was
+     * computed on with those it is applied to: keep what it was sent. */
+    if (payload && d->dc_pulled && h->worker >= 0 &&
+        (uint32_t)h->worker < d->cfg->consistency.workers && h->status == 0) {
+        memcpy(d->dc_pulled + (size_t)h->worker * d->store.len, d->store.params,
+               d->store.len * sizeof(float));
+        d->dc_sent[h->worker] = true;
+    }
 }
 
 /* An ERROR reply, logged at `level` (WARN rate-limited, DEBUG as it comes). */

@@ -19,6 +19,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -666,7 +667,26 @@ void zps_daemon_model_known(zps_daemon_t *d)
      * thread (handlers.c) the one applied meanwhile. */
     bool bsp = cfg->consistency.mode == ZPS_MODE_BSP;
     uint64_t in_hand = (bsp ? w : p >= cfg->background_step_bytes ? 1 : 0) + 1;
-    uint64_t halves = 2 * ((1 + k) + in_hand + reply + (1 + k) + shm) + reply;
+    /* Delay compensation: what each worker was sent, and the gradient made from it. */
+    uint64_t dc = cfg->delay_comp > 0 && !bsp ? w + 1 : 0;
+    if (dc && !d->dc_pulled && !d->dc_failed && d->store.len) {
+        size_t len = d->store.len;
+        d->dc_pulled = len <= SIZE_MAX / sizeof(float) / w ? malloc(len * w * sizeof(float)) : NULL;
+        d->dc_sent = calloc(w, sizeof(bool));
+        d->dc_grad = malloc(len * sizeof(float));
+        if (!d->dc_pulled || !d->dc_sent || !d->dc_grad) {
+            free(d->dc_pulled);
+            free(d->dc_sent);
+            free(d->dc_grad);
+            d->dc_pulled = d->dc_grad = NULL;
+            d->dc_sent = NULL;
+            d->dc_failed = true;
+            zps_error("no memory for delay compensation's %llu copies of the shard (%llu bytes "
+                      "each): every push will be refused",
+                      (unsigned long long)dc, (unsigned long long)p);
+        }
+    }
+    uint64_t halves = 2 * ((1 + k) + in_hand + reply + (1 + k) + shm + dc) + reply;
     /* ZeroMQ's own frame limit cannot follow: a listener keeps the options
      * it was bound with. The unread-bytes bound does the work. */
     uint64_t max_message = p + ZPS_MAX_HEADER_BYTES;
@@ -945,6 +965,9 @@ static void release(zps_daemon_t *d)
                 zps_payload_close(&d->slots[w].grad);
     }
     free(d->slots);
+    free(d->dc_pulled);
+    free(d->dc_sent);
+    free(d->dc_grad);
     free(d->last_seen_ns);
     free(d->evictions);
     free(d->ranks);

@@ -42,6 +42,10 @@ typedef struct zps_server_config {
     uint32_t shard_count;      /* ... of S */
     zps_consistency_config_t consistency; /* mode, W, SSP bound, backups, lr scaling */
     zps_opt_config_t opt;
+    /* SSP, ASP: each push applied on arrival is delay-compensated with this
+     * lambda (optimizer/delay_comp.h), from a copy of the parameters last
+     * sent to its worker; 0: off. */
+    double delay_comp;
     const char *checkpoint_dir; /* where checkpoints go; NULL: none */
     uint64_t checkpoint_every;  /* also write one whenever the version is a multiple; 0: never */
     unsigned checkpoint_keep;   /* newest checkpoints kept per shard (>= 1) */

@@ -54,7 +54,7 @@ static void test_value_by_hand(void **state)
 {
     (void)state;
     const uint64_t words[] = {
-        1,         /* format */
+        2,         /* format */
         2,         /* S */
         0,         /* mode: bsp */
         4,         /* W */
@@ -75,6 +75,7 @@ static void test_value_by_hand(void **state)
         0,         /* cosine_steps */
         0,         /* lr_min */
         0,         /* warmup */
+        0,         /* delay compensation (not used by BSP) */
     };
     uint64_t h = 14695981039346656037ull;
     for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++)
@@ -147,6 +148,11 @@ static void warmup(zps_server_config_t *c)
 {
     c->opt.warmup = 5;
 }
+static void delay_comp(zps_server_config_t *c)
+{
+    c->consistency.mode = ZPS_MODE_ASP;
+    c->delay_comp = 0.04;
+}
 
 /* Every setting that must agree changes the fingerprint; no two changes collide. */
 static void test_each_setting_counts(void **state)
@@ -154,7 +160,7 @@ static void test_each_setting_counts(void **state)
     (void)state;
     change_fn *changes[] = {more_workers, ssp,    ssp_bound,  asp,   inverse,
                             backups,      shards, lr,         adam,  nesterov,
-                            weight_decay, cosine, step_gamma, warmup};
+                            weight_decay, cosine, step_gamma, warmup, delay_comp};
     enum { K = sizeof(changes) / sizeof(changes[0]) };
     uint64_t seen[K + 1];
     zps_server_config_t cfg = base();
@@ -198,6 +204,7 @@ static void test_what_does_not_count(void **state)
     cfg.opt.gamma = 0.9;
     cfg.opt.lr_min = 0.01;
     cfg.opt.weight_decay = -0.0;
+    cfg.delay_comp = 0.5; /* BSP's gradients are never stale */
     assert_true(zps_fingerprint(&cfg) == f);
 }
 
