@@ -166,6 +166,7 @@ typedef struct launch {
     bool training_done;       /* the evaluator exited 0: the final model is evaluated */
     uint64_t workers_done_ns; /* when the last worker exited (0: not yet) */
     bool finish_stopped;      /* the remaining workers were asked to stop after it */
+    bool stopped_at_target;   /* --stop-at: the evaluator saw the target, training was stopped */
 
     zps_runstats_t *rs;
     zps_client_t *client;
@@ -928,6 +929,9 @@ static void start_servers(launch_t *L)
                   zps_argv_pushf(a, "%u", L->o->backup);
         if (L->o->lr_staleness)
             bad = bad || zps_argv_push(a, "--lr-staleness") || zps_argv_push(a, L->o->lr_staleness);
+        if (L->o->delay_comp)
+            bad = bad || zps_argv_push(a, "--delay-compensation") ||
+                  zps_argv_push(a, L->o->delay_comp);
         char key[PATH_MAX + 128], auth[PATH_MAX + 128];
         if (L->keys)
             bad = bad || zps_argv_push(a, "--key") ||
@@ -1059,7 +1063,9 @@ static void on_child_exit(uv_process_t *p, int64_t exit_status, int term_signal)
             L->training_done = true;
             L->finish_ns = zps_now_ns();
         }
-        if (c->stopped_by_us && L->training_done)
+        if (c->stopped_by_us && L->stopped_at_target)
+            say(L, "%s stopped: the target accuracy was reached", c->name);
+        else if (c->stopped_by_us && L->training_done)
             say(L, "%s stopped after training ended (its remaining pushes would be dropped)",
                 c->name);
         bool workers_done = true;
@@ -1123,6 +1129,20 @@ static void on_tick(uv_timer_t *t)
                       "the evaluator has not evaluated the final model %.0f s after the last "
                       "worker ended",
                       EVALUATOR_GRACE_S);
+    }
+    /* --stop-at: the evaluator has seen the target; the run ends as a
+     * finished one, its workers stopped as after the final evaluation. */
+    double reached_s;
+    uint64_t reached_clock;
+    if (L->phase == PH_TRAINING && L->o->stop_at > 0 && !L->stopped_at_target &&
+        zps_runstats_target(L->rs, L->o->stop_at, &reached_s, &reached_clock)) {
+        L->stopped_at_target = true;
+        L->training_done = true;
+        L->finish_ns = zps_now_ns();
+        L->finish_stopped = true;
+        say(L, "test accuracy %g reached at clock %llu (%.2f s): stopping training (--stop-at)",
+            L->o->stop_at, (unsigned long long)reached_clock, reached_s);
+        stop_children(L, false, true);
     }
     if (L->o->time_limit_s > 0 && now_s > L->o->time_limit_s && L->phase != PH_ABORT &&
         L->phase != PH_SHUTDOWN)
@@ -1304,6 +1324,9 @@ static int finish(launch_t *L)
     info.staleness_bound = o->ssp_bound;
     info.backup_workers = o->backup;
     info.lr_staleness = o->lr_staleness;
+    info.delay_comp = o->delay_comp ? strtod(o->delay_comp, NULL) : 0.0;
+    info.stop_at = o->stop_at;
+    info.stop_reason = L->stopped_at_target ? "target" : NULL;
     info.targets = o->targets;
     info.target_count = o->target_count;
     info.wall_seconds = wall;
@@ -1358,7 +1381,16 @@ static int finish(launch_t *L)
                res.final_loss, (unsigned long long)res.final_clock, o->mode, o->servers,
                o->servers == 1 ? "" : "s", o->workers, o->workers == 1 ? "" : "s",
                res.train_seconds, rel);
-    else
+    else if (L->stopped_at_target) {
+        double sec = NAN;
+        uint64_t clock = 0;
+        zps_runstats_target(L->rs, o->stop_at, &sec, &clock);
+        printf("test accuracy %g reached after %.1f s of training (clock %llu): stopped there "
+               "(--stop-at): %s, %u server%s x %u worker%s, %.0f examples/s; run folder %s\n",
+               o->stop_at, sec, (unsigned long long)clock, o->mode, o->servers,
+               o->servers == 1 ? "" : "s", o->workers, o->workers == 1 ? "" : "s",
+               res.examples_per_second, rel);
+    } else
         printf("training ended without a final evaluation; run folder %s\n", rel);
     /* How long each accuracy target took: the figure a user compares runs by. */
     for (size_t t = 0; t < o->target_count && isfinite(res.final_accuracy); t++) {

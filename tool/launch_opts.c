@@ -92,6 +92,9 @@ static void usage(FILE *f)
                "  --staleness S           ssp: the staleness bound, S clocks\n"
                "  --backup-workers B      bsp: take each step once W-B pushes are in\n"
                "  --lr-staleness RULE     servers' staleness-aware learning rate (e.g. inverse)\n"
+               "  --delay-compensation L  ssp, asp: the servers compensate each gradient for\n"
+               "                          the updates since its pull, g + L*g*g*(w_now - w_pulled)\n"
+               "                          (DC-ASGD; docs/consistency.md)\n"
                "  --server-arg ARG        hand ARG to every zps-server (repeatable)\n"
                "  --worker-arg ARG        hand ARG to every zps-worker (repeatable)\n"
                "  --keys                  CURVE on every connection: generate the run's keys\n"
@@ -134,6 +137,9 @@ static void usage(FILE *f)
                "  --targets A1,A2,...     accuracy targets for seconds_to_target\n"
                "                          (default 0.85,0.88)\n"
                "  --time-limit SEC        stop and fail after SEC seconds (default: none)\n"
+               "  --stop-at ACC           stop training once the evaluator has seen test\n"
+               "                          accuracy ACC (a budget: the run ends as finished;\n"
+               "                          accuracy is seen at --eval-every's clocks)\n"
                "  --quiet                 do not echo the processes' output (it is in their logs)\n"
                "  --no-memory-check       start even when the estimate of the processes' memory\n"
                "                          exceeds what this host has available (local runs\n"
@@ -304,6 +310,8 @@ enum {
     O_STALENESS,
     O_BACKUP,
     O_LR_STALENESS,
+    O_DELAY_COMP,
+    O_STOP_AT,
     O_SERVER_ARG,
     O_WORKER_ARG,
     O_KEYS,
@@ -345,6 +353,8 @@ int zps_launch_opts_parse(int argc, char **argv, zps_launch_opts_t *o)
         {"staleness", required_argument, NULL, O_STALENESS},
         {"backup-workers", required_argument, NULL, O_BACKUP},
         {"lr-staleness", required_argument, NULL, O_LR_STALENESS},
+        {"delay-compensation", required_argument, NULL, O_DELAY_COMP},
+        {"stop-at", required_argument, NULL, O_STOP_AT},
         {"server-arg", required_argument, NULL, O_SERVER_ARG},
         {"worker-arg", required_argument, NULL, O_WORKER_ARG},
         {"keys", no_argument, NULL, O_KEYS},
@@ -428,6 +438,19 @@ int zps_launch_opts_parse(int argc, char **argv, zps_launch_opts_t *o)
             break;
         case O_LR_STALENESS:
             o->lr_staleness = a;
+            break;
+        case O_DELAY_COMP:
+            if (zps_parse_double(a, &d) || !(d >= 0 && d <= 1e6))
+                return usage_error("invalid --delay-compensation '%s': expected a number in "
+                                   "[0, 1e6]",
+                                   a);
+            o->delay_comp = d > 0 ? a : NULL;
+            break;
+        case O_STOP_AT:
+            if (zps_parse_double(a, &d) || !(d > 0 && d <= 1))
+                return usage_error("invalid --stop-at '%s': expected a test accuracy in (0, 1]",
+                                   a);
+            o->stop_at = d;
             break;
         case O_SERVER_ARG:
             ex = zps_argv_push(&o->server_args, a) ? ZPS_LAUNCH_EXIT_FAILED : 0;
@@ -520,6 +543,12 @@ int zps_launch_opts_parse(int argc, char **argv, zps_launch_opts_t *o)
                            "for --mode bsp)");
     if (o->backup > 0 && strcmp(o->mode, "bsp") != 0)
         return usage_error("--backup-workers applies to --mode bsp only");
+    /* The target a run stops at is one of those it times. */
+    bool listed = false;
+    for (size_t i = 0; i < o->target_count; i++)
+        listed = listed || o->targets[i] == o->stop_at;
+    if (o->stop_at > 0 && !listed && o->target_count < ZPS_LAUNCH_MAX_TARGETS)
+        o->targets[o->target_count++] = o->stop_at;
     if (o->ssh && !o->hosts)
         return usage_error("--ssh applies to --hosts only");
     if (o->port && !o->hosts)
@@ -596,9 +625,9 @@ static const struct option *find_optimizer_flag(const char *name)
 }
 
 /* zps-server flags that launch sets for every server itself. */
-static const char *const server_sets[] = {"listen",         "endpoint-file", "shard",
-                                          "workers",        "mode",          "staleness",
-                                          "backup-workers", "lr-staleness"};
+static const char *const server_sets[] = {
+    "listen",         "endpoint-file", "shard",       "workers",           "mode",
+    "staleness",      "backup-workers", "lr-staleness", "delay-compensation"};
 
 static bool server_set_by_launch(const char *name, bool keys)
 {
@@ -614,8 +643,9 @@ static bool server_set_by_launch(const char *name, bool keys)
 /* The flags launch sets that it takes itself, to set them for every process. */
 static bool own_flag(const char *name)
 {
-    static const char *const own[] = {"workers", "mode", "staleness", "backup-workers",
-                                      "lr-staleness"};
+    static const char *const own[] = {"workers",      "mode",
+                                      "staleness",    "backup-workers",
+                                      "lr-staleness", "delay-compensation"};
     for (size_t i = 0; i < COUNT(own); i++)
         if (strcmp(own[i], name) == 0)
             return true;
@@ -794,6 +824,12 @@ static bool server_args_ok(const zps_launch_opts_t *o, const zps_argv_t *args, c
     if (o->lr_staleness && strcmp(o->lr_staleness, "inverse") == 0 && strcmp(o->mode, "bsp") == 0) {
         snprintf(why, size,
                  "--lr-staleness applies to pushes applied on arrival (--mode ssp or "
+                 "asp); BSP steps are never stale");
+        return false;
+    }
+    if (o->delay_comp && strcmp(o->mode, "bsp") == 0) {
+        snprintf(why, size,
+                 "--delay-compensation applies to pushes applied on arrival (--mode ssp or "
                  "asp); BSP steps are never stale");
         return false;
     }

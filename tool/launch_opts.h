@@ -43,11 +43,13 @@ typedef struct zps_launch_opts {
     const char *mode; /* "bsp", "ssp" or "asp" */
     uint32_t ssp_bound, backup;
     const char *lr_staleness;
+    const char *delay_comp; /* --delay-compensation LAMBDA, as given; NULL: off */
     const char *name;
     const char *runs_dir;
     double targets[ZPS_LAUNCH_MAX_TARGETS];
     size_t target_count;
     double time_limit_s; /* 0: none */
+    double stop_at;      /* --stop-at ACC: stop once the evaluator saw it; 0: none */
     bool quiet;
     bool no_memory_check; /* --no-memory-check */
     bool progress;

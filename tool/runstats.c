@@ -641,6 +641,18 @@ char *zps_runstats_summary(const zps_runstats_t *rs, const zps_run_info_t *in)
     zps_strbuf_printf(&b, ",\n  \"staleness_bound\": %u,\n  \"backup_workers\": %u,\n  ",
                       in->staleness_bound, in->backup_workers);
     jstr(&b, "lr_staleness", in->lr_staleness);
+    zps_strbuf_printf(&b, ",\n  ");
+    jnum(&b, "delay_compensation", in->delay_comp, -1);
+    zps_strbuf_printf(&b, ",\n  ");
+    jnum(&b, "stop_at", in->stop_at > 0 ? in->stop_at : NAN, -1);
+    /* Why training ended: its clocks were done, the target was seen, or time ran out. */
+    const char *reason = in->stop_reason;
+    if (!reason && in->status && strcmp(in->status, "ok") == 0)
+        reason = "finished";
+    else if (!reason && in->status && strcmp(in->status, "timeout") == 0)
+        reason = "time_limit";
+    zps_strbuf_printf(&b, ",\n  ");
+    jstr(&b, "stop_reason", reason);
     zps_strbuf_printf(&b, ",\n  \"workers\": %u,\n  \"servers\": %u,\n  ", rs->workers,
                       rs->servers);
     jstr(&b, "model", w0->model);

@@ -89,6 +89,9 @@ typedef struct zps_run_info {
     uint32_t staleness_bound;
     uint32_t backup_workers;
     const char *lr_staleness; /* NULL: not set */
+    double delay_comp;        /* the servers' --delay-compensation lambda; 0: off */
+    double stop_at;           /* --stop-at ACC; 0: none */
+    const char *stop_reason;  /* "target" when --stop-at stopped it; NULL: it ran to its end */
     const double *targets;    /* accuracy targets for seconds_to_target */
     size_t target_count;
     double wall_seconds;            /* the launcher's whole run, first spawn to last exit */

@@ -40,6 +40,11 @@ expect_usage "ssp without staleness" "--mode ssp needs --staleness S (S >= 1" \
     "$zps" launch --mode ssp --runs-dir "$runs"
 expect_usage "ssp with staleness 0" "--mode ssp needs --staleness S (S >= 1" \
     "$zps" launch --mode ssp --staleness 0 --runs-dir "$runs"
+expect_usage "delay compensation with bsp" "--delay-compensation applies to pushes applied on arrival" \
+    "$zps" launch --mode bsp --delay-compensation 0.5
+expect_usage "bad delay compensation" "invalid --delay-compensation '-1'" \
+    "$zps" launch --mode asp --delay-compensation -1
+expect_usage "bad stop-at" "invalid --stop-at '1.5'" "$zps" launch --stop-at 1.5
 expect_usage "staleness with asp" "--staleness applies to --mode ssp only" \
     "$zps" launch --mode asp --staleness 2 --runs-dir "$runs"
 [ ! -e "$runs" ] || fail "a refused launch created $runs"

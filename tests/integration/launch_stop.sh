@@ -5,7 +5,9 @@
 #     final_test_accuracy, as eval.tsv has it; SIGHUP stops the run the same way;
 #   - `zps launch | head -1` (stdout's reader gone) still ends with
 #     summary.json written and no process of the run left alive;
-#   - --time-limit N begins the stop within a second of N.
+#   - --time-limit N begins the stop within a second of N;
+#   - --stop-at ACC ends the run as a finished one (exit 0, status ok,
+#     stop_reason target) once the evaluator has seen ACC, with no process left.
 # Stops only what it starts, by PID; the run folder is in lib.sh's $dir.
 #
 # usage: launch_stop.sh ZPS
@@ -108,8 +110,33 @@ at, t0, t1, limit = map(float, sys.argv[1:5])
 s = json.load(open(sys.argv[5]))
 assert s["status"] == "timeout", s["status"]
 assert limit <= at <= limit + 1.0, f"stop began at {at} s, limit {limit} s"
+assert s["stop_reason"] == "time_limit", s["stop_reason"]
 assert t1 - t0 <= limit + 5.0 + 15.0, f"ended after {t1 - t0:.1f} s"
 print(f"stop began at {at:.2f} s, launch ended after {t1 - t0:.2f} s")
 PY
 none_alive "$runs/limit"
+
+# --stop-at 0.6: this model passes 0.6 within some tens of clocks (0.7 at
+# clock 20 here); 100000 clocks would take minutes. The target joins the
+# timed ones.
+rc=0
+"$zps" launch --servers 1 --workers 2 --mode asp --model mlp:8-4 \
+    --data synthetic:n=4000,test=200,dim=8,classes=4 --clocks 100000 --base-step-ms 2 \
+    --eval-every 10 --runs-dir "$runs" --name target --no-progress --stop-at 0.6 \
+    --time-limit 120 >"$dir/target.out" 2>"$dir/target.err" || rc=$?
+[ "$rc" = 0 ] || { cat "$dir/target.err" >&2; fail "--stop-at: exit $rc, expected 0"; }
+grep -q "test accuracy 0.6 reached after .* stopped there (--stop-at)" "$dir/target.out" ||
+    { cat "$dir/target.out" >&2; fail "--stop-at: no final line"; }
+$py - "$runs/target/summary.json" <<'PY' || fail "--stop-at summary"
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert s["status"] == "ok", s["status"]
+assert s["stop_reason"] == "target", s["stop_reason"]
+assert s["stop_at"] == 0.6, s["stop_at"]
+assert s["last_test_accuracy"] >= 0.6, s["last_test_accuracy"]
+assert s["seconds_to_target"]["0.6"] is not None, s["seconds_to_target"]
+assert s["last_eval_clock"] < 100000, s["last_eval_clock"]
+print(f"stopped at accuracy {s['last_test_accuracy']} after clock {s['last_eval_clock']}")
+PY
+none_alive "$runs/target"
 echo ok
