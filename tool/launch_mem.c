@@ -46,6 +46,8 @@ void zps_mem_estimate(const zps_mem_plan_t *p, zps_mem_estimate_t *out)
     out->server = SERVER_BASE + 4 * ps * (3 + (uint64_t)p->opt_state + w);
     if (p->shm)
         out->server += 4 * ps * 2 * w;
+    if (p->delay_comp)
+        out->server += 4 * ps * (w + 1);
     out->worker = WORKER_BASE + 4 * 3 * p->params + data_bytes(&p->data, false) +
                   4 * 2 * p->batch * p->width_sum;
     uint64_t eval_batch = p->batch > EVAL_CHUNK ? p->batch : EVAL_CHUNK;
@@ -277,6 +279,7 @@ int zps_mem_plan_of(const zps_launch_opts_t *o, zps_mem_plan_t *plan, char *why,
     plan->shm =
         !has_flag(&o->worker_args, "--no-shm") && !has_flag(&o->env_worker_args, "--no-shm") &&
         !has_flag(&o->server_args, "--no-shm") && !has_flag(&o->env_server_args, "--no-shm");
+    plan->delay_comp = o->delay_comp != NULL;
     plan->data = *d;
     return 0;
 }

@@ -43,6 +43,7 @@ typedef struct zps_mem_plan {
     uint32_t workers;   /* W */
     uint64_t batch;     /* b */
     bool shm;           /* shared-memory sessions (the default on one host) */
+    bool delay_comp;    /* --delay-compensation: a copy per worker and one more */
     zps_data_shape_t data;
 } zps_mem_plan_t;
 
