@@ -992,10 +992,13 @@ ZPS_CLONES_AVX512 static uint32_t abs_max_bits(const float *v, size_t count)
 }
 
 /*
- * zps_crc_scan_max (dst NULL: src is checksummed and scanned where it is)
- * and zps_crc_copy_scan_max (src copied to dst, and the copy checksummed
- * and scanned while it is in cache), one block at a time; the CRC32C
- * continues from `crc`.
+ * zps_crc_scan_max (dst NULL: src is checksummed and scanned where it is),
+ * zps_crc_copy_scan_max (src copied to dst, and the copy checksummed and
+ * scanned while it is in cache) and, with scan_src, zps_crc_copy_out_scan_max
+ * (src copied to dst, but src checksummed and scanned: dst is memory that
+ * others may write, such as a shared-memory slot, and what counts is what
+ * was meant to be sent), one block at a time; the CRC32C continues from
+ * `crc`.
  */
 static uint32_t scan_max_run(uint32_t crc, float *dst, const float *src, bool scan_src,
                              size_t count, size_t *first_bad, float *abs_max)

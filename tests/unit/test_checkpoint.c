@@ -772,6 +772,19 @@ static void test_refuse_magic_and_version(void **state)
 }
 
 /*
+ * After a change inside section `section` (its index in the table) of the
+ * file image x: recomputes that section's CRC, then the table's, then the
+ * header's, so that only the change itself can be refused.
+ */
+static void reseal(uint8_t *x, uint32_t section)
+{
+    uint8_t *e = x + 64 + 24 * section;
+    set_le32(e + 4, zps_crc32c(0, x + le64(e + 8), le64(e + 16)));
+    set_le32(x + 28, zps_crc32c(0, x + 64, 24 * (size_t)le32(x + 24)));
+    set_le32(x + 60, zps_crc32c(0, x, 60));
+}
+
+/*
  * A file whose checksums are right but whose contents are not a valid shard
  * state (a writer's bug, or a hand edit with the CRCs recomputed).
  */
@@ -809,11 +822,7 @@ static void test_refuse_invalid_contents(void **state)
             x[cases[k].at] = (uint8_t)cases[k].value;
         else
             set_le32(x + cases[k].at, cases[k].value);
-        /* Recompute the section's CRC, then the table's, then the header's. */
-        uint8_t *e = x + 64 + 24 * cases[k].section;
-        set_le32(e + 4, zps_crc32c(0, x + le64(e + 8), le64(e + 16)));
-        set_le32(x + 28, zps_crc32c(0, x + 64, 24 * 6));
-        set_le32(x + 60, zps_crc32c(0, x, 60));
+        reseal(x, cases[k].section);
         spit(path, x, len);
         expect_refused(path, ZPS_ECORRUPT, cases[k].msg);
         free(x);
@@ -835,11 +844,7 @@ static void forge_clock(const char *path, const uint8_t *b, size_t len, size_t a
     memcpy(x, b, len);
     set_le32(x + at, (uint32_t)v);
     set_le32(x + at + 4, (uint32_t)(v >> 32));
-    uint8_t *e = x + 64 + 24 * 2; /* the workers section's entry */
-    set_le32(e + 4, zps_crc32c(0, x + le64(e + 8), le64(e + 16)));
-    uint32_t nsec = le32(x + 24);
-    set_le32(x + 28, zps_crc32c(0, x + 64, 24 * (size_t)nsec));
-    set_le32(x + 60, zps_crc32c(0, x, 60));
+    reseal(x, 2); /* the workers section */
     spit(path, x, len);
     free(x);
 }
@@ -868,10 +873,7 @@ static void test_refuse_implausible_clocks(void **state)
     zps_ckpt_fini(&out);
     forge_clock(path, b, len, l.shard + 32, ZPS_CKPT_CLOCK_LIMIT); /* the version */
     uint8_t *x = slurp(path, &len);
-    uint8_t *e = x + 64; /* the shard section's entry */
-    set_le32(e + 4, zps_crc32c(0, x + le64(e + 8), le64(e + 16)));
-    set_le32(x + 28, zps_crc32c(0, x + 64, 24 * (size_t)le32(x + 24)));
-    set_le32(x + 60, zps_crc32c(0, x, 60));
+    reseal(x, 0); /* the shard section */
     spit(path, x, len);
     free(x);
     expect_refused(path, ZPS_ECORRUPT,
@@ -1330,12 +1332,8 @@ static void patch_value(const char *path, uint32_t section, size_t at, size_t i,
 {
     size_t len;
     uint8_t *b = slurp(path, &len);
-    uint32_t nsec = le32(b + 24);
     set_le32(b + at + 4 * i, u);
-    uint8_t *e = b + 64 + 24 * section;
-    set_le32(e + 4, zps_crc32c(0, b + le64(e + 8), le64(e + 16)));
-    set_le32(b + 28, zps_crc32c(0, b + 64, 24 * (size_t)nsec));
-    set_le32(b + 60, zps_crc32c(0, b, 60));
+    reseal(b, section);
     spit(path, b, len);
     free(b);
 }
