@@ -1130,11 +1130,13 @@ static void on_tick(uv_timer_t *t)
                       "worker ended",
                       EVALUATOR_GRACE_S);
     }
-    /* --stop-at: the evaluator has seen the target; the run ends as a
-     * finished one, its workers stopped as after the final evaluation. */
+    /* --stop-at: the evaluator has seen the target before the final model;
+     * the run ends as a finished one, its workers stopped as after the
+     * final evaluation. */
     double reached_s;
     uint64_t reached_clock;
     if (L->phase == PH_TRAINING && L->o->stop_at > 0 && !L->stopped_at_target &&
+        !L->training_done &&
         zps_runstats_target(L->rs, L->o->stop_at, &reached_s, &reached_clock)) {
         L->stopped_at_target = true;
         L->training_done = true;
