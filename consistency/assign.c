@@ -28,8 +28,8 @@ struct zps_assign {
     uint64_t *queue; /* ring of leases given back, [W * MAX_HELD] */
     size_t qhead, qlen, qcap;
 
-    uint8_t *done;           /* [total / 8] one bit per batch: completed */
-    uint64_t completed;      /* batches completed */
+    uint8_t *done;            /* [total / 8] one bit per batch: completed */
+    uint64_t completed;       /* batches completed */
     uint64_t *epoch_examples; /* [E] */
     uint64_t *epoch_batches;  /* [E] */
 };
@@ -73,11 +73,11 @@ int zps_assign_set_plan(zps_assign_t *a, const zps_assign_plan_t *p, char *why, 
         if (p->examples == a->plan.examples && p->batch == a->plan.batch &&
             p->epochs == a->plan.epochs)
             return 0;
-        zps_set_reason(why, why_size,
-                       "this worker's data plan is %" PRIu64 " examples in batches of %" PRIu32
-                       " for %" PRIu32 " epochs; the run's is %" PRIu64 ", %" PRIu32 " and %" PRIu32,
-                       p->examples, p->batch, p->epochs, a->plan.examples, a->plan.batch,
-                       a->plan.epochs);
+        zps_set_reason(
+            why, why_size,
+            "this worker's data plan is %" PRIu64 " examples in batches of %" PRIu32 " for %" PRIu32
+            " epochs; the run's is %" PRIu64 ", %" PRIu32 " and %" PRIu32,
+            p->examples, p->batch, p->epochs, a->plan.examples, a->plan.batch, a->plan.epochs);
         return ZPS_ECONFIG;
     }
     if (p->examples == 0 || p->batch == 0 || p->epochs == 0) {
@@ -304,4 +304,174 @@ uint64_t zps_assign_epoch_examples(const zps_assign_t *a, uint32_t e)
 uint64_t zps_assign_epoch_batches(const zps_assign_t *a, uint32_t e)
 {
     return a->planned && e < a->plan.epochs ? a->epoch_batches[e] : 0;
+}
+
+/* ---- checkpoints ---- */
+
+uint64_t zps_assign_done_bytes(uint64_t batches)
+{
+    return batches / 8 + 1;
+}
+
+void zps_assign_state_fini(zps_assign_state_t *s)
+{
+    if (!s)
+        return;
+    free(s->queue);
+    free(s->held);
+    free(s->nheld);
+    free(s->done);
+    memset(s, 0, sizeof(*s));
+}
+
+int zps_assign_snapshot(const zps_assign_t *a, zps_assign_state_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->workers = a->workers;
+    if (!a->planned)
+        return 0;
+    out->plan = a->plan;
+    out->next = a->next;
+    out->nqueue = a->qlen;
+    out->queue = malloc((a->qlen ? a->qlen : 1) * sizeof(uint64_t));
+    out->held = malloc(a->qcap * sizeof(uint64_t));
+    out->nheld = malloc(a->workers * sizeof(uint32_t));
+    out->done = malloc((size_t)zps_assign_done_bytes(a->total));
+    if (!out->queue || !out->held || !out->nheld || !out->done) {
+        zps_assign_state_fini(out);
+        return ZPS_ENOMEM;
+    }
+    for (size_t i = 0; i < a->qlen; i++)
+        out->queue[i] = a->queue[(a->qhead + i) % a->qcap];
+    memcpy(out->held, a->held, a->qcap * sizeof(uint64_t));
+    memcpy(out->nheld, a->nheld, a->workers * sizeof(uint32_t));
+    memcpy(out->done, a->done, (size_t)zps_assign_done_bytes(a->total));
+    return 0;
+}
+
+static bool bit(const uint8_t *bits, uint64_t g)
+{
+    return bits[g / 8] >> (g % 8) & 1u;
+}
+
+/* Whether lease g is acceptable (below the cursor, not complete, not seen); marks it seen. */
+static bool lease_ok(const zps_assign_state_t *s, uint8_t *seen, uint64_t g, char *why,
+                     size_t why_size, const char *where)
+{
+    if (g >= s->next) {
+        zps_set_reason(why, why_size,
+                       "%s: lease of batch %" PRIu64 ", which was never handed out (next %" PRIu64
+                       ")",
+                       where, g, s->next);
+        return false;
+    }
+    if (bit(s->done, g)) {
+        zps_set_reason(why, why_size, "%s: lease of batch %" PRIu64 ", which is complete", where,
+                       g);
+        return false;
+    }
+    if (bit(seen, g)) {
+        zps_set_reason(why, why_size, "%s: batch %" PRIu64 " is leased twice", where, g);
+        return false;
+    }
+    seen[g / 8] |= (uint8_t)(1u << (g % 8));
+    return true;
+}
+
+int zps_assign_restore(zps_assign_t *a, const zps_assign_state_t *s, char *why, size_t why_size)
+{
+    ZPS_ASSERT(!a->planned);
+    if (s->workers != a->workers) {
+        zps_set_reason(why, why_size,
+                       "data assignment for %" PRIu32 " workers; this server has %" PRIu32,
+                       s->workers, a->workers);
+        return ZPS_ECORRUPT;
+    }
+    if (s->plan.examples == 0)
+        return 0; /* no plan was set: nothing to restore */
+    zps_assign_t *t = NULL;
+    char reason[256];
+    if (zps_assign_new(a->workers, &t) != 0)
+        return ZPS_ENOMEM;
+    int rc = zps_assign_set_plan(t, &s->plan, reason, sizeof(reason));
+    if (rc) {
+        zps_assign_free(t);
+        zps_set_reason(why, why_size, "data assignment: %s", reason);
+        return rc == ZPS_ENOMEM ? ZPS_ENOMEM : ZPS_ECORRUPT;
+    }
+    uint8_t *seen = calloc((size_t)zps_assign_done_bytes(t->total), 1);
+    if (!seen) {
+        zps_assign_free(t);
+        return ZPS_ENOMEM;
+    }
+    rc = ZPS_ECORRUPT;
+    if (s->next > t->total) {
+        zps_set_reason(why, why_size,
+                       "data assignment: next batch %" PRIu64 " is past the run's %" PRIu64,
+                       s->next, t->total);
+        goto out;
+    }
+    for (uint64_t g = s->next; g < t->total; g++) {
+        if (bit(s->done, g)) {
+            zps_set_reason(why, why_size,
+                           "data assignment: batch %" PRIu64 " is complete but was never handed "
+                           "out",
+                           g);
+            goto out;
+        }
+    }
+    /* No bit past the last batch. */
+    for (uint64_t g = t->total; g < 8 * zps_assign_done_bytes(t->total); g++) {
+        if (bit(s->done, g)) {
+            zps_set_reason(why, why_size, "data assignment: completion bits past the run's end");
+            goto out;
+        }
+    }
+    if (s->nqueue > t->qcap) {
+        zps_set_reason(why, why_size, "data assignment: %zu leases queued, at most %zu", s->nqueue,
+                       t->qcap);
+        goto out;
+    }
+    for (size_t i = 0; i < s->nqueue; i++)
+        if (!lease_ok(s, seen, s->queue[i], why, why_size, "data assignment's queue"))
+            goto out;
+    for (uint32_t w = 0; w < a->workers; w++) {
+        if (s->nheld[w] > ZPS_ASSIGN_MAX_HELD) {
+            zps_set_reason(why, why_size,
+                           "data assignment: worker %" PRIu32 " holds %" PRIu32
+                           " leases, at most %d",
+                           w, s->nheld[w], ZPS_ASSIGN_MAX_HELD);
+            goto out;
+        }
+        for (uint32_t i = 0; i < s->nheld[w]; i++)
+            if (!lease_ok(s, seen, s->held[(size_t)w * ZPS_ASSIGN_MAX_HELD + i], why, why_size,
+                          "data assignment"))
+                goto out;
+    }
+    /* Accepted: t takes the state, and a takes t's arrays. */
+    t->next = s->next;
+    for (size_t i = 0; i < s->nqueue; i++)
+        give_back(t, s->queue[i]);
+    for (uint32_t w = 0; w < a->workers; w++) {
+        t->nheld[w] = s->nheld[w];
+        memcpy(t->held + (size_t)w * ZPS_ASSIGN_MAX_HELD, s->held + (size_t)w * ZPS_ASSIGN_MAX_HELD,
+               s->nheld[w] * sizeof(uint64_t));
+    }
+    memcpy(t->done, s->done, (size_t)zps_assign_done_bytes(t->total));
+    for (uint64_t g = 0; g < t->next; g++) {
+        if (bit(t->done, g)) {
+            uint64_t e = g / t->per_epoch;
+            t->completed++;
+            t->epoch_examples[e] += zps_assign_batch_size(t, g);
+            t->epoch_batches[e]++;
+        }
+    }
+    zps_assign_t tmp = *a;
+    *a = *t;
+    *t = tmp;
+    rc = 0;
+out:
+    free(seen);
+    zps_assign_free(t);
+    return rc;
 }

@@ -77,8 +77,7 @@ void zps_assign_free(zps_assign_t *a); /* NULL is a no-op */
  * both in why: workers of one run share their data, their batch and their
  * length.
  */
-int zps_assign_set_plan(zps_assign_t *a, const zps_assign_plan_t *plan, char *why,
-                        size_t why_size);
+int zps_assign_set_plan(zps_assign_t *a, const zps_assign_plan_t *plan, char *why, size_t why_size);
 bool zps_assign_has_plan(const zps_assign_t *a);
 /* B, and E * B (0 without a plan). */
 uint64_t zps_assign_batches_per_epoch(const zps_assign_t *a);
@@ -112,8 +111,8 @@ size_t zps_assign_lease(zps_assign_t *a, uint32_t w, const uint64_t *have, size_
 void zps_assign_release(zps_assign_t *a, uint32_t w);
 
 /* Read-only views, for STATS and the audit. */
-uint64_t zps_assign_next(const zps_assign_t *a);     /* batches never handed out start here */
-size_t zps_assign_queued(const zps_assign_t *a);     /* leases given back, waiting */
+uint64_t zps_assign_next(const zps_assign_t *a); /* batches never handed out start here */
+size_t zps_assign_queued(const zps_assign_t *a); /* leases given back, waiting */
 size_t zps_assign_held(const zps_assign_t *a, uint32_t w);
 /* Worker w's leases as the shard has them, oldest first, into out[ZPS_ASSIGN_MAX_HELD]. */
 size_t zps_assign_leases_of(const zps_assign_t *a, uint32_t w, uint64_t *out);
@@ -123,5 +122,40 @@ uint64_t zps_assign_epoch_examples(const zps_assign_t *a, uint32_t e);
 uint64_t zps_assign_epoch_batches(const zps_assign_t *a, uint32_t e);
 /* Whether batch g was completed. */
 bool zps_assign_is_complete(const zps_assign_t *a, uint64_t g);
+
+/*
+ * What a checkpoint records: the plan, the cursor, the leases given back
+ * (in queue order), every worker's leases, and the completion bits. The
+ * per-epoch counts follow from the bits and the plan. Arrays are owned by
+ * the struct (zps_assign_state_fini frees them).
+ */
+typedef struct zps_assign_state {
+    zps_assign_plan_t plan; /* examples 0: no plan (then nothing else is set) */
+    uint64_t next;
+    uint64_t *queue; /* [nqueue] */
+    size_t nqueue;
+    uint32_t workers;
+    uint64_t *held;  /* [workers][ZPS_ASSIGN_MAX_HELD] */
+    uint32_t *nheld; /* [workers] */
+    uint8_t *done;   /* [zps_assign_done_bytes(batches)] bit g % 8 of byte g / 8 */
+} zps_assign_state_t;
+
+/* Bytes of the completion bits of a run of `batches` batches. */
+uint64_t zps_assign_done_bytes(uint64_t batches);
+
+/* A copy of a's state into *out (0, or ZPS_ENOMEM with *out empty). */
+int zps_assign_snapshot(const zps_assign_t *a, zps_assign_state_t *out);
+void zps_assign_state_fini(zps_assign_state_t *s);
+
+/*
+ * Replaces a's state, which must have no plan yet, by *s (copied), after
+ * checking that it is one this module could have reached: a plan as
+ * zps_assign_set_plan takes, the same worker count, the cursor within the
+ * run, every lease below the cursor, not complete and held once (by one
+ * worker, or queued), at most ZPS_ASSIGN_MAX_HELD per worker, no batch past
+ * the cursor complete, and no bit set past the last batch. Returns 0, or
+ * ZPS_ECORRUPT (ZPS_ENOMEM) with the reason in why; an error changes nothing.
+ */
+int zps_assign_restore(zps_assign_t *a, const zps_assign_state_t *s, char *why, size_t why_size);
 
 #endif

@@ -232,8 +232,8 @@ static void test_random_run(void **state)
             }
             if (rc == 0 && rnd(10) == 0) { /* a retry of the same push */
                 retries++;
-                assert_int_equal(zps_assign_complete(a, (uint32_t)i, g,
-                                                     zps_assign_batch_size(a, g), &first, NULL, 0),
+                assert_int_equal(zps_assign_complete(a, (uint32_t)i, g, zps_assign_batch_size(a, g),
+                                                     &first, NULL, 0),
                                  0);
                 assert_false(first);
             }
@@ -287,12 +287,173 @@ static void test_random_run(void **state)
     zps_assign_free(a);
 }
 
+/* ---- checkpoints ---- */
+
+/* Drives a through a few requests: two workers, one restart. */
+static void some_history(zps_assign_t *a)
+{
+    uint64_t out[ZPS_ASSIGN_MAX_HELD];
+    bool ex, first;
+    assert_int_equal(zps_assign_lease(a, 0, NULL, 0, 3, out, &ex), 3); /* 0 1 2 */
+    assert_int_equal(zps_assign_lease(a, 1, NULL, 0, 2, out, &ex), 2); /* 3 4 */
+    assert_int_equal(zps_assign_complete(a, 0, 0, 3, &first, NULL, 0), 0);
+    assert_int_equal(zps_assign_complete(a, 1, 3, 3, &first, NULL, 0), 0);
+    uint64_t have1[] = {4};
+    assert_int_equal(zps_assign_lease(a, 1, have1, 1, 3, out, &ex), 3); /* 4 5 6 */
+    /* Worker 0 restarted: 1 and 2 go back, worker 1 gets 1. */
+    assert_int_equal(zps_assign_lease(a, 0, NULL, 0, 0, out, &ex), 0);
+    uint64_t have1b[] = {4, 5, 6};
+    assert_int_equal(zps_assign_lease(a, 1, have1b, 3, 4, out, &ex), 4); /* 4 5 6 1 */
+}
+
+/* A restored assignment continues exactly as the one it was taken from. */
+static void test_snapshot_restore(void **state)
+{
+    (void)state;
+    zps_assign_t *a = make(2, 30, 3, 2); /* 10 batches an epoch, 20 */
+    some_history(a);
+    zps_assign_state_t st;
+    assert_int_equal(zps_assign_snapshot(a, &st), 0);
+    assert_int_equal(st.nqueue, 1); /* batch 2 */
+    zps_assign_t *b = NULL;
+    assert_int_equal(zps_assign_new(2, &b), 0);
+    char why[256] = "";
+    assert_int_equal(zps_assign_restore(b, &st, why, sizeof(why)), 0);
+    assert_int_equal(zps_assign_completed(b), 2);
+    assert_int_equal(zps_assign_epoch_examples(b, 0), 6);
+    assert_int_equal(zps_assign_next(b), zps_assign_next(a));
+    uint64_t oa[ZPS_ASSIGN_MAX_HELD], ob[ZPS_ASSIGN_MAX_HELD];
+    bool ea, eb;
+    for (int round = 0; round < 12; round++) {
+        uint32_t w = (uint32_t)round % 2;
+        uint64_t have[ZPS_ASSIGN_MAX_HELD];
+        size_t nh = zps_assign_leases_of(a, w, have);
+        bool fa = false, fb = false;
+        if (nh > 0) {
+            uint32_t n = zps_assign_batch_size(a, have[0]);
+            assert_int_equal(zps_assign_complete(a, w, have[0], n, &fa, NULL, 0), 0);
+            assert_int_equal(zps_assign_complete(b, w, have[0], n, &fb, NULL, 0), 0);
+            assert_true(fa && fb);
+            memmove(have, have + 1, (nh - 1) * sizeof(uint64_t));
+            nh--;
+        }
+        size_t na = zps_assign_lease(a, w, have, nh, 3, oa, &ea);
+        size_t nb = zps_assign_lease(b, w, have, nh, 3, ob, &eb);
+        assert_int_equal(na, nb);
+        assert_memory_equal(oa, ob, na * sizeof(uint64_t));
+        assert_int_equal(ea, eb);
+    }
+    zps_assign_state_fini(&st);
+    zps_assign_free(a);
+    zps_assign_free(b);
+}
+
+/*
+ * A shard resumed from a checkpoint taken earlier: a worker that went on
+ * meanwhile names leases the restored shard never gave it; they are left
+ * out, the restored ones it does not name go back, and nothing completed
+ * after the checkpoint counts.
+ */
+static void test_resumed_earlier(void **state)
+{
+    (void)state;
+    zps_assign_t *a = make(2, 30, 3, 1);
+    uint64_t out[ZPS_ASSIGN_MAX_HELD];
+    bool ex, first;
+    assert_int_equal(zps_assign_lease(a, 0, NULL, 0, 2, out, &ex), 2); /* 0 1 */
+    zps_assign_state_t st;
+    assert_int_equal(zps_assign_snapshot(a, &st), 0);
+    /* After the checkpoint: 0 completed, 2 and 3 leased. */
+    assert_int_equal(zps_assign_complete(a, 0, 0, 3, &first, NULL, 0), 0);
+    uint64_t h[] = {1};
+    assert_int_equal(zps_assign_lease(a, 0, h, 1, 3, out, &ex), 3); /* 1 2 3 */
+    zps_assign_t *b = NULL;
+    assert_int_equal(zps_assign_new(2, &b), 0);
+    assert_int_equal(zps_assign_restore(b, &st, NULL, 0), 0);
+    assert_false(zps_assign_is_complete(b, 0));
+    /* The worker names 1, 2, 3 (it computed 0 after the checkpoint). */
+    uint64_t have[] = {1, 2, 3};
+    size_t n = zps_assign_lease(b, 0, have, 3, 3, out, &ex);
+    /* 0 went back and comes out again; 1 is kept; 2 and 3 were never its here. */
+    assert_int_equal(n, 3);
+    assert_int_equal(out[0], 1);
+    assert_int_equal(out[1], 0);
+    assert_int_equal(out[2], 2);
+    assert_int_equal(zps_assign_complete(b, 0, 3, 3, &first, NULL, 0), ZPS_EINVAL);
+    zps_assign_state_fini(&st);
+    zps_assign_free(a);
+    zps_assign_free(b);
+}
+
+/* States no run reaches are refused, each with its reason, and change nothing. */
+static void test_restore_refuses(void **state)
+{
+    (void)state;
+    zps_assign_t *a = make(2, 30, 3, 2);
+    some_history(a); /* next 7; complete 0, 3; queue {2}; held 0: {}, 1: {4 5 6 1} */
+    zps_assign_state_t good;
+    assert_int_equal(zps_assign_snapshot(a, &good), 0);
+    struct {
+        int kind;
+        uint64_t value;
+        const char *msg;
+    } cases[] = {
+        {0, 21, "next batch 21 is past the run's 20"},
+        {1, 9, "lease of batch 9, which was never handed out"},
+        {1, 0, "lease of batch 0, which is complete"},
+        {1, 4, "batch 4 is leased twice"},
+        {2, 8, "batch 8 is complete but was never handed out"},
+        {2, 21, "completion bits past the run's end"},
+        {3, 9, "worker 1 holds 9 leases, at most 8"},
+    };
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        zps_assign_state_t s;
+        assert_int_equal(zps_assign_snapshot(a, &s), 0);
+        switch (cases[k].kind) {
+        case 0:
+            s.next = cases[k].value;
+            break;
+        case 1:
+            s.queue[0] = cases[k].value;
+            break;
+        case 2:
+            s.done[cases[k].value / 8] |= (uint8_t)(1u << (cases[k].value % 8));
+            break;
+        default:
+            s.nheld[1] = (uint32_t)cases[k].value;
+            break;
+        }
+        zps_assign_t *b = NULL;
+        assert_int_equal(zps_assign_new(2, &b), 0);
+        char why[256] = "";
+        assert_int_equal(zps_assign_restore(b, &s, why, sizeof(why)), ZPS_ECORRUPT);
+        if (!strstr(why, cases[k].msg))
+            fail_msg("case %zu: '%s', expected '%s'", k, why, cases[k].msg);
+        assert_false(zps_assign_has_plan(b));
+        zps_assign_free(b);
+        zps_assign_state_fini(&s);
+    }
+    zps_assign_t *three = NULL;
+    assert_int_equal(zps_assign_new(3, &three), 0);
+    char why[256] = "";
+    assert_int_equal(zps_assign_restore(three, &good, why, sizeof(why)), ZPS_ECORRUPT);
+    assert_non_null(strstr(why, "for 2 workers; this server has 3"));
+    zps_assign_free(three);
+    zps_assign_state_fini(&good);
+    zps_assign_free(a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_plan),        cmocka_unit_test(test_order),
-        cmocka_unit_test(test_complete),    cmocka_unit_test(test_given_back),
+        cmocka_unit_test(test_plan),
+        cmocka_unit_test(test_order),
+        cmocka_unit_test(test_complete),
+        cmocka_unit_test(test_given_back),
         cmocka_unit_test(test_random_run),
+        cmocka_unit_test(test_snapshot_restore),
+        cmocka_unit_test(test_resumed_earlier),
+        cmocka_unit_test(test_restore_refuses),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
