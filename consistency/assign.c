@@ -34,6 +34,37 @@ struct zps_assign {
     uint64_t *epoch_batches;  /* [E] */
 };
 
+/* Worker w's row of leases. */
+static uint64_t *held_of(const zps_assign_t *a, uint32_t w)
+{
+    return a->held + (size_t)w * ZPS_ASSIGN_MAX_HELD;
+}
+
+static bool bit(const uint8_t *bits, uint64_t g)
+{
+    return bits[g / 8] >> (g % 8) & 1u;
+}
+
+static void set_bit(uint8_t *bits, uint64_t g)
+{
+    bits[g / 8] |= (uint8_t)(1u << (g % 8));
+}
+
+/* Nothing is left to hand out to anyone: every batch is leased or complete. */
+static bool exhausted_now(const zps_assign_t *a)
+{
+    return a->planned && a->qlen == 0 && a->next == a->total;
+}
+
+/* Counts completed batch g (its bit already set) in the audit. */
+static void count_complete(zps_assign_t *a, uint64_t g)
+{
+    uint64_t e = g / a->per_epoch;
+    a->completed++;
+    a->epoch_examples[e] += zps_assign_batch_size(a, g);
+    a->epoch_batches[e]++;
+}
+
 int zps_assign_new(uint32_t workers, zps_assign_t **out)
 {
     if (workers == 0)
@@ -93,7 +124,7 @@ int zps_assign_set_plan(zps_assign_t *a, const zps_assign_plan_t *p, char *why, 
         return ZPS_EINVAL;
     }
     uint64_t total = per_epoch * p->epochs;
-    uint8_t *done = calloc((size_t)(total / 8 + 1), 1);
+    uint8_t *done = calloc((size_t)zps_assign_done_bytes(total), 1);
     uint64_t *ex = calloc(p->epochs, sizeof(uint64_t));
     uint64_t *nb = calloc(p->epochs, sizeof(uint64_t));
     if (!done || !ex || !nb) {
@@ -140,13 +171,13 @@ uint32_t zps_assign_batch_size(const zps_assign_t *a, uint64_t g)
 
 bool zps_assign_is_complete(const zps_assign_t *a, uint64_t g)
 {
-    return a->planned && g < a->total && (a->done[g / 8] >> (g % 8) & 1u);
+    return a->planned && g < a->total && bit(a->done, g);
 }
 
 /* Index of g among w's leases, or -1. */
 static int find_held(const zps_assign_t *a, uint32_t w, uint64_t g)
 {
-    const uint64_t *h = a->held + (size_t)w * ZPS_ASSIGN_MAX_HELD;
+    const uint64_t *h = held_of(a, w);
     for (uint32_t i = 0; i < a->nheld[w]; i++)
         if (h[i] == g)
             return (int)i;
@@ -155,7 +186,7 @@ static int find_held(const zps_assign_t *a, uint32_t w, uint64_t g)
 
 static void drop_held(zps_assign_t *a, uint32_t w, int i)
 {
-    uint64_t *h = a->held + (size_t)w * ZPS_ASSIGN_MAX_HELD;
+    uint64_t *h = held_of(a, w);
     memmove(h + i, h + i + 1, (a->nheld[w] - (uint32_t)i - 1) * sizeof(uint64_t));
     a->nheld[w]--;
 }
@@ -186,11 +217,8 @@ int zps_assign_complete(zps_assign_t *a, uint32_t w, uint64_t g, uint32_t exampl
         return ZPS_EINVAL;
     }
     drop_held(a, w, i);
-    a->done[g / 8] |= (uint8_t)(1u << (g % 8));
-    a->completed++;
-    uint64_t e = g / a->per_epoch;
-    a->epoch_examples[e] += size;
-    a->epoch_batches[e]++;
+    set_bit(a->done, g);
+    count_complete(a, g);
     *first = true;
     return 0;
 }
@@ -223,7 +251,7 @@ void zps_assign_release(zps_assign_t *a, uint32_t w)
 {
     if (w >= a->workers)
         return;
-    uint64_t *h = a->held + (size_t)w * ZPS_ASSIGN_MAX_HELD;
+    uint64_t *h = held_of(a, w);
     for (uint32_t i = 0; i < a->nheld[w]; i++)
         give_back(a, h[i]);
     a->nheld[w] = 0;
@@ -232,10 +260,10 @@ void zps_assign_release(zps_assign_t *a, uint32_t w)
 size_t zps_assign_lease(zps_assign_t *a, uint32_t w, const uint64_t *have, size_t nhave,
                         uint32_t want, uint64_t *out, bool *exhausted)
 {
-    *exhausted = a->planned && a->qlen == 0 && a->next == a->total;
+    *exhausted = exhausted_now(a);
     if (w >= a->workers)
         return 0;
-    uint64_t *h = a->held + (size_t)w * ZPS_ASSIGN_MAX_HELD;
+    uint64_t *h = held_of(a, w);
     /* What the shard has for w and w no longer has goes back. */
     for (uint32_t i = 0; i < a->nheld[w];) {
         bool kept = false;
@@ -264,7 +292,7 @@ size_t zps_assign_lease(zps_assign_t *a, uint32_t w, const uint64_t *have, size_
         h[a->nheld[w]++] = g;
     }
     memcpy(out, h, a->nheld[w] * sizeof(uint64_t));
-    *exhausted = a->planned && a->qlen == 0 && a->next == a->total;
+    *exhausted = exhausted_now(a);
     return a->nheld[w];
 }
 
@@ -287,7 +315,7 @@ size_t zps_assign_leases_of(const zps_assign_t *a, uint32_t w, uint64_t *out)
 {
     if (w >= a->workers)
         return 0;
-    memcpy(out, a->held + (size_t)w * ZPS_ASSIGN_MAX_HELD, a->nheld[w] * sizeof(uint64_t));
+    memcpy(out, held_of(a, w), a->nheld[w] * sizeof(uint64_t));
     return a->nheld[w];
 }
 
@@ -349,11 +377,6 @@ int zps_assign_snapshot(const zps_assign_t *a, zps_assign_state_t *out)
     return 0;
 }
 
-static bool bit(const uint8_t *bits, uint64_t g)
-{
-    return bits[g / 8] >> (g % 8) & 1u;
-}
-
 /* Whether lease g is acceptable (below the cursor, not complete, not seen); marks it seen. */
 static bool lease_ok(const zps_assign_state_t *s, uint8_t *seen, uint64_t g, char *why,
                      size_t why_size, const char *where)
@@ -374,7 +397,7 @@ static bool lease_ok(const zps_assign_state_t *s, uint8_t *seen, uint64_t g, cha
         zps_set_reason(why, why_size, "%s: batch %" PRIu64 " is leased twice", where, g);
         return false;
     }
-    seen[g / 8] |= (uint8_t)(1u << (g % 8));
+    set_bit(seen, g);
     return true;
 }
 
@@ -452,20 +475,12 @@ int zps_assign_restore(zps_assign_t *a, const zps_assign_state_t *s, char *why, 
     t->next = s->next;
     for (size_t i = 0; i < s->nqueue; i++)
         give_back(t, s->queue[i]);
-    for (uint32_t w = 0; w < a->workers; w++) {
-        t->nheld[w] = s->nheld[w];
-        memcpy(t->held + (size_t)w * ZPS_ASSIGN_MAX_HELD, s->held + (size_t)w * ZPS_ASSIGN_MAX_HELD,
-               s->nheld[w] * sizeof(uint64_t));
-    }
+    memcpy(t->held, s->held, t->qcap * sizeof(uint64_t));
+    memcpy(t->nheld, s->nheld, t->workers * sizeof(uint32_t));
     memcpy(t->done, s->done, (size_t)zps_assign_done_bytes(t->total));
-    for (uint64_t g = 0; g < t->next; g++) {
-        if (bit(t->done, g)) {
-            uint64_t e = g / t->per_epoch;
-            t->completed++;
-            t->epoch_examples[e] += zps_assign_batch_size(t, g);
-            t->epoch_batches[e]++;
-        }
-    }
+    for (uint64_t g = 0; g < t->next; g++)
+        if (bit(t->done, g))
+            count_complete(t, g);
     zps_assign_t tmp = *a;
     *a = *t;
     *t = tmp;
