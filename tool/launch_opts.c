@@ -12,6 +12,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "delay_comp.h"
 #include "error.h"
 #include "opt_flags.h"
 #include "parse.h"
@@ -440,7 +441,7 @@ int zps_launch_opts_parse(int argc, char **argv, zps_launch_opts_t *o)
             o->lr_staleness = a;
             break;
         case O_DELAY_COMP:
-            if (zps_parse_double(a, &d) || !(d >= 0 && d <= 1e6))
+            if (zps_parse_double(a, &d) || !(d >= 0 && d <= ZPS_DELAY_COMP_MAX))
                 return usage_error("invalid --delay-compensation '%s': expected a number in "
                                    "[0, 1e6]",
                                    a);
