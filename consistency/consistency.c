@@ -23,6 +23,7 @@ typedef struct waiting_pull {
     uint64_t request_id;
     uint64_t token;
     bool observe; /* an observer waiting for the model of `clock` (zps_consistency_observe) */
+    bool by_pushes; /* ... counted in pushes (zps_consistency_observe_pushes) */
 } waiting_pull_t;
 
 struct zps_consistency {
@@ -32,6 +33,7 @@ struct zps_consistency {
 
     uint64_t *pushed;     /* [W] next expected clock */
     bool *live;           /* [W] */
+    bool *finished;       /* [W] the worker said it has no batch left (zps_consistency_finish) */
     uint64_t *dropped;    /* [W] late pushes dropped (BSP with backups or eviction) */
     uint64_t *discarded;  /* [W] BSP: buffered pushes of steps refused (not finite) */
     uint64_t *slot_clock; /* [W] BSP: clock of the buffered push, NO_CLOCK if none */
@@ -97,13 +99,14 @@ int zps_consistency_new(const zps_consistency_config_t *cfg, zps_consistency_t *
     st->cfg = *cfg;
     st->pushed = calloc(w, sizeof(uint64_t));
     st->live = calloc(w, sizeof(bool));
+    st->finished = calloc(w, sizeof(bool));
     st->dropped = calloc(w, sizeof(uint64_t));
     st->discarded = calloc(w, sizeof(uint64_t));
     st->slot_clock = calloc(w, sizeof(uint64_t));
     st->cap = (w + 1) * cfg->max_pending;
     st->waiting = calloc(st->cap, sizeof(waiting_pull_t));
     st->waiting_per = calloc(w + 1, sizeof(uint32_t));
-    if (!st->pushed || !st->live || !st->dropped || !st->discarded || !st->slot_clock ||
+    if (!st->pushed || !st->live || !st->finished || !st->dropped || !st->discarded || !st->slot_clock ||
         !st->waiting || !st->waiting_per) {
         zps_consistency_free(st);
         return ZPS_ENOMEM;
@@ -122,6 +125,7 @@ void zps_consistency_free(zps_consistency_t *st)
         return;
     free(st->pushed);
     free(st->live);
+    free(st->finished);
     free(st->dropped);
     free(st->discarded);
     free(st->slot_clock);
@@ -176,12 +180,12 @@ uint64_t zps_consistency_min_clock(const zps_consistency_t *st)
     uint64_t m = NO_CLOCK;
     uint64_t any = 0;
     for (uint32_t w = 0; w < st->cfg.workers; w++) {
-        if (st->live[w] && st->pushed[w] < m)
+        if (st->live[w] && !st->finished[w] && st->pushed[w] < m)
             m = st->pushed[w];
         if (st->pushed[w] > any)
             any = st->pushed[w];
     }
-    /* With every worker evicted nobody holds the others back. */
+    /* With every worker evicted or finished nobody holds the others back. */
     return m == NO_CLOCK ? any : m;
 }
 
@@ -226,6 +230,7 @@ int zps_consistency_push(zps_consistency_t *st, uint32_t w, uint64_t t, uint64_t
         uint64_t u = update_staleness(st->version, based_on);
         *out = (zps_push_decision_t){ZPS_PUSH_APPLY, u, lr_scale(st->cfg.lr_scaling, u)};
         st->pushed[w] = t + 1;
+        st->finished[w] = false; /* it was handed more batches */
         st->version++;
         return 0;
     }
@@ -349,9 +354,32 @@ static bool model_of_clock_ready(const zps_consistency_t *st, uint64_t t)
     return zps_consistency_min_clock(st) >= t;
 }
 
+/* Every worker has finished or been evicted: the model is final. */
+static bool all_done(const zps_consistency_t *st)
+{
+    for (uint32_t w = 0; w < st->cfg.workers; w++)
+        if (st->live[w] && !st->finished[w])
+            return false;
+    return true;
+}
+
+/* The model once t * W pushes are in, or the final one (zps_consistency_observe_pushes). */
+static bool model_of_pushes_ready(const zps_consistency_t *st, uint64_t t)
+{
+    if (!st->initialized)
+        return false;
+    if (st->cfg.mode == ZPS_MODE_BSP)
+        return st->version >= t;
+    uint64_t W = st->cfg.workers;
+    return (t <= UINT64_MAX / W && st->version >= t * W) || all_done(st);
+}
+
 static bool waiting_ready(const zps_consistency_t *st, const waiting_pull_t *p)
 {
-    return p->observe ? model_of_clock_ready(st, p->clock) : pull_ready(st, p->worker, p->clock);
+    if (p->observe)
+        return p->by_pushes ? model_of_pushes_ready(st, p->clock)
+                            : model_of_clock_ready(st, p->clock);
+    return pull_ready(st, p->worker, p->clock);
 }
 
 static uint32_t pool_of(const zps_consistency_t *st, int32_t w)
@@ -360,14 +388,14 @@ static uint32_t pool_of(const zps_consistency_t *st, int32_t w)
 }
 
 /* Parks pull (w, t) unless it is a duplicate or its pool is full. */
-static int park(zps_consistency_t *st, int32_t w, bool observe, uint64_t t, uint64_t request_id,
-                uint64_t token, zps_pull_result_t *out, uint64_t *existing, char *why,
-                size_t why_size)
+static int park(zps_consistency_t *st, int32_t w, bool observe, bool by_pushes, uint64_t t,
+                uint64_t request_id, uint64_t token, zps_pull_result_t *out, uint64_t *existing,
+                char *why, size_t why_size)
 {
     for (size_t i = 0; i < st->nwaiting; i++) {
         const waiting_pull_t *p = &st->waiting[i];
-        if (p->worker == w && p->observe == observe && p->request_id == request_id &&
-            p->clock == t) {
+        if (p->worker == w && p->observe == observe && p->by_pushes == by_pushes &&
+            p->request_id == request_id && p->clock == t) {
             *existing = p->token;
             *out = ZPS_PULL_DUPLICATE;
             return 0;
@@ -380,7 +408,7 @@ static int park(zps_consistency_t *st, int32_t w, bool observe, uint64_t t, uint
         return ZPS_EBUSY;
     }
     ZPS_ASSERT(st->nwaiting < st->cap);
-    st->waiting[st->nwaiting++] = (waiting_pull_t){w, t, request_id, token, observe};
+    st->waiting[st->nwaiting++] = (waiting_pull_t){w, t, request_id, token, observe, by_pushes};
     st->waiting_per[pool]++;
     *out = ZPS_PULL_QUEUED;
     return 0;
@@ -403,7 +431,7 @@ int zps_consistency_pull(zps_consistency_t *st, int32_t w, uint64_t t, uint64_t 
         *out = ZPS_PULL_READY;
         return 0;
     }
-    return park(st, w, false, t, request_id, token, out, existing, why, why_size);
+    return park(st, w, false, false, t, request_id, token, out, existing, why, why_size);
 }
 
 int zps_consistency_observe(zps_consistency_t *st, uint64_t t, uint64_t request_id, uint64_t token,
@@ -413,7 +441,29 @@ int zps_consistency_observe(zps_consistency_t *st, uint64_t t, uint64_t request_
         *out = ZPS_PULL_READY;
         return 0;
     }
-    return park(st, -1, true, t, request_id, token, out, existing, why, why_size);
+    return park(st, -1, true, false, t, request_id, token, out, existing, why, why_size);
+}
+
+int zps_consistency_observe_pushes(zps_consistency_t *st, uint64_t t, uint64_t request_id,
+                                   uint64_t token, zps_pull_result_t *out, uint64_t *existing,
+                                   char *why, size_t why_size)
+{
+    if (model_of_pushes_ready(st, t)) {
+        *out = ZPS_PULL_READY;
+        return 0;
+    }
+    return park(st, -1, true, true, t, request_id, token, out, existing, why, why_size);
+}
+
+void zps_consistency_finish(zps_consistency_t *st, uint32_t w)
+{
+    if (w < st->cfg.workers)
+        st->finished[w] = true;
+}
+
+bool zps_consistency_finished(const zps_consistency_t *st, uint32_t w)
+{
+    return w < st->cfg.workers && st->finished[w];
 }
 
 /* Which waiting pulls take_where removes. */
@@ -534,5 +584,6 @@ void zps_consistency_restore(zps_consistency_t *st, uint64_t version, const uint
         st->live[w] = live[w];
         st->dropped[w] = dropped[w];
         st->slot_clock[w] = NO_CLOCK;
+        st->finished[w] = false;
     }
 }

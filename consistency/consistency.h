@@ -17,7 +17,8 @@
  * Terms (docs/consistency.md):
  *   pushed[w]         the next clock the shard expects from worker w
  *   v                 the shard's model version: optimizer steps applied
- *   min_clock         min over live workers of pushed[w]
+ *   min_clock         min over live workers of pushed[w] (those that have
+ *                     finished, zps_consistency_finish, left out)
  *   s                 the SSP bound, in clocks (the config's `ssp_bound`)
  *   update staleness  updates applied between the version a gradient was
  *                     computed on and the version it is applied to
@@ -218,6 +219,27 @@ int zps_consistency_pull(zps_consistency_t *st, int32_t w, uint64_t t, uint64_t 
  */
 int zps_consistency_observe(zps_consistency_t *st, uint64_t t, uint64_t request_id, uint64_t token,
                             zps_pull_result_t *out, uint64_t *existing, char *why, size_t why_size);
+
+/*
+ * As zps_consistency_observe, for a run whose workers run different numbers
+ * of clocks (shared data assignment, assign.h): the pull is answered once
+ * t * W pushes have been applied (SSP/ASP: v >= t * W, the model after as
+ * many batches as BSP's clock t), or once every worker has finished or been
+ * evicted (the final model). Under BSP it is zps_consistency_observe.
+ */
+int zps_consistency_observe_pushes(zps_consistency_t *st, uint64_t t, uint64_t request_id,
+                                   uint64_t token, zps_pull_result_t *out, uint64_t *existing,
+                                   char *why, size_t why_size);
+
+/*
+ * Worker w says it has no batch left (shared data assignment) and stops: it
+ * no longer holds back min_clock (so SSP peers further on than the bound are
+ * not held for it) and an observe_pushes pull no longer waits for it. A push
+ * of w afterwards (it was handed more batches) makes it an ordinary worker
+ * again; a pull does not (a finished worker may read the final model). Not checkpointed here (zps_consistency_restore clears it).
+ */
+void zps_consistency_finish(zps_consistency_t *st, uint32_t w);
+bool zps_consistency_finished(const zps_consistency_t *st, uint32_t w);
 
 /*
  * Removes up to `max` waiting pulls that the rules now allow, oldest first,

@@ -36,6 +36,8 @@ enum op {
     REFUSE,  /* as STEP, but the step cannot be taken (not finite): it is refused */
     UNAPPLY, /* the push of worker a at clock b, just applied, is refused (not finite) */
     DISC,    /* worker a has had b buffered pushes discarded by refused steps */
+    FINISH,  /* worker a says it has no batch left */
+    OBSERVEP, /* an observer asks for the model once b * W pushes are in, token c */
     END,
 };
 
@@ -166,6 +168,20 @@ static void run(zps_consistency_t *st, const step_t *script)
         case EVICT:
             zps_consistency_evict(st, (uint32_t)s->a);
             break;
+        case FINISH:
+            zps_consistency_finish(st, (uint32_t)s->a);
+            assert_true(zps_consistency_finished(st, (uint32_t)s->a));
+            break;
+        case OBSERVEP: {
+            zps_pull_result_t r;
+            uint64_t existing = 0;
+            int rc = zps_consistency_observe_pushes(st, s->b, (uint64_t)s->c, (uint64_t)s->c, &r,
+                                                    &existing, why, sizeof(why));
+            if (rc != 0 || (int)r != s->expect)
+                fail_msg("%s: observe pushes t%llu: rc %s result %d, expected %d", where,
+                         (unsigned long long)s->b, zps_errname(rc), rc ? -1 : (int)r, s->expect);
+            break;
+        }
         case REJOIN:
             assert_int_equal(zps_consistency_rejoin(st, (uint32_t)s->a), s->b);
             break;
@@ -713,6 +729,68 @@ static void test_observe_clock(void **state)
     zps_consistency_free(st);
 }
 
+/*
+ * A shared data assignment's workers run different numbers of clocks: one
+ * that says it has finished no longer holds SSP's bound or min_clock back,
+ * an observer counting in pushes gets the model once t * W pushes are in or
+ * once everyone has finished, and a finished worker that pushes again is
+ * counted again.
+ */
+static void test_finish(void **state)
+{
+    (void)state;
+    zps_consistency_t *st = make(ZPS_MODE_SSP, 2, 1, 0);
+    /* clang-format off */
+    const step_t ssp[] = {
+        {PUSH, 1, 0, 0, APPLY_, {0}},
+        {PUSH, 0, 0, 0, APPLY_, {0}},
+        {PUSH, 0, 1, 0, APPLY_, {0}},
+        {PULL, 0, 2, 1, RDY_, {0}},    /* min_clock 1 >= 2 - 1 */
+        {PUSH, 0, 2, 0, APPLY_, {0}},
+        {PULL, 0, 3, 2, Q_, {0}},      /* needs min_clock >= 2: worker 1 is at 1 */
+        {OBSERVEP, 0, 2, 3, RDY_, {0}}, /* 4 pushes: 4 are in */
+        {OBSERVEP, 0, 3, 4, Q_, {0}},  /* 6 pushes: only 4 are in */
+        {READY, 0, 0, 0, 0, {0}},
+        {VER, 0, 4, 1, 0, {0}},
+        {FINISH, 1, 0, 0, 0, {0}},     /* worker 1 has no batch left */
+        {VER, 0, 4, 3, 0, {0}},        /* min_clock is worker 0's alone */
+        {READY, 0, 0, 1, 0, {2}},
+        {PUSH, 0, 3, 0, APPLY_, {0}},
+        {READY, 0, 0, 0, 0, {0}},      /* 5 pushes, worker 0 goes on */
+        {FINISH, 0, 0, 0, 0, {0}},     /* everyone finished: the final model */
+        {READY, 0, 0, 1, 0, {4}},
+        E,
+    };
+    /* clang-format on */
+    run(st, ssp);
+    zps_consistency_free(st);
+
+    st = make(ZPS_MODE_ASP, 2, 0, 0);
+    /* clang-format off */
+    const step_t asp[] = {
+        {OBSERVEP, 0, 1, 1, Q_, {0}},  /* the model after 2 pushes */
+        {OBSERVEP, 0, UINT64_MAX, 2, Q_, {0}}, /* the final model */
+        {PUSH, 0, 0, 0, APPLY_, {0}},
+        {READY, 0, 0, 0, 0, {0}},
+        {PUSH, 0, 1, 0, APPLY_, {0}},  /* two pushes, both of worker 0 */
+        {READY, 0, 0, 1, 0, {1}},
+        {OBSERVE, 0, 1, 3, Q_, {0}},   /* counted in clocks, worker 1 holds it back */
+        {FINISH, 0, 0, 0, 0, {0}},
+        {READY, 0, 0, 0, 0, {0}},      /* worker 1 has not finished */
+        {FINISH, 1, 0, 0, 0, {0}},
+        {READY, 0, 0, 2, 0, {2, 3}},
+        {PUSH, 1, 0, 0, APPLY_, {0}},  /* handed a batch after all: counted again */
+        {OBSERVEP, 0, UINT64_MAX, 4, Q_, {0}},
+        {FINISH, 1, 0, 0, 0, {0}},
+        {READY, 0, 0, 1, 0, {4}},
+        E,
+    };
+    /* clang-format on */
+    run(st, asp);
+    assert_false(zps_consistency_finished(st, 5));
+    zps_consistency_free(st);
+}
+
 /* The waiting room is bounded per worker: a flood gets ZPS_EBUSY, not memory. */
 static void test_pending_bound(void **state)
 {
@@ -976,6 +1054,7 @@ int main(void)
         cmocka_unit_test(test_observer_and_init),
         cmocka_unit_test(test_observe_clock),
         cmocka_unit_test(test_pending_bound),
+        cmocka_unit_test(test_finish),
         cmocka_unit_test(test_update_staleness_asp_inverse),
         cmocka_unit_test(test_update_staleness_ssp_none),
         cmocka_unit_test(test_update_staleness_bsp),
