@@ -5,12 +5,13 @@
  *
  * A shard checkpoint is everything a shard needs to continue exactly where it
  * was: which shard of which model it is, its parameters, its optimizer's
- * configuration, state arrays and step count, its model version, and the
- * consistency controller's per-worker clocks. The byte layout is specified in
- * docs/checkpoint.md: little-endian fixed-width fields, a header, a section
- * table, and a CRC32C for the header, the table and every section, so that
- * every byte of a file is covered by exactly one checksum and a reader can
- * name the part that is bad.
+ * configuration, state arrays and step count, its model version, the
+ * consistency controller's per-worker clocks, and on the shard that holds it
+ * the shared data assignment (consistency/assign.h). The byte layout is
+ * specified in docs/checkpoint.md: little-endian fixed-width fields, a
+ * header, a section table, and a CRC32C for the header, the table and every
+ * section, so that every byte of a file is covered by exactly one checksum
+ * and a reader can name the part that is bad.
  *
  * This module is pure file I/O on plain structs: no sockets, no event loop, no
  * server internals. The server fills a zps_ckpt_t from its store, optimizer
@@ -41,9 +42,13 @@
 #include "optimizer.h"
 #include "shard.h"
 #include "consistency.h"
+#include "assign.h"
 
-/* The format this build writes and the only one it reads. */
-#define ZPS_CKPT_FORMAT 1
+/* The format this build writes. It reads this one and the older ones, from
+ * ZPS_CKPT_FORMAT_OLDEST on: version 1 is version 2 without the optional
+ * assignment section. */
+#define ZPS_CKPT_FORMAT 2
+#define ZPS_CKPT_FORMAT_OLDEST 1
 /* The first 8 bytes of every checkpoint: "ZPSCKPT" and a NUL. */
 #define ZPS_CKPT_MAGIC "ZPSCKPT"
 /* Final file names: shard-<I>-of-<S>-v<version, 20 digits>.zpsckpt */
@@ -61,15 +66,20 @@
 #define ZPS_CKPT_MAX_STATE 2
 #define ZPS_CKPT_NAME_SIZE 16
 
-/* Section ids (docs/checkpoint.md). State array i has id ZPS_CKPT_SEC_STATE + i. */
+/*
+ * Section ids (docs/checkpoint.md), in file order: shard, optimizer, workers,
+ * params, state array i with id ZPS_CKPT_SEC_STATE + i, then, optional and
+ * only from format version 2 on, the assignment.
+ */
 enum {
     ZPS_CKPT_SEC_SHARD = 1,
     ZPS_CKPT_SEC_OPTIMIZER = 2,
     ZPS_CKPT_SEC_WORKERS = 3,
     ZPS_CKPT_SEC_PARAMS = 4,
+    ZPS_CKPT_SEC_ASSIGN = 5,
     ZPS_CKPT_SEC_STATE = 0x100,
 };
-#define ZPS_CKPT_MAX_SECTIONS (4 + ZPS_CKPT_MAX_STATE)
+#define ZPS_CKPT_MAX_SECTIONS (5 + ZPS_CKPT_MAX_STATE)
 
 /*
  * One shard's state. Arrays of length 0 (an empty range, no state arrays)
@@ -106,6 +116,15 @@ typedef struct zps_ckpt {
     uint32_t nstate;
     char state_names[ZPS_CKPT_MAX_STATE][ZPS_CKPT_NAME_SIZE];
     float *state[ZPS_CKPT_MAX_STATE];
+
+    /* The shared data assignment (consistency/assign.h), on the shard that
+     * holds it: the assignment section is written only when have_assign.
+     * assign.workers must be W; its arrays are as zps_assign_snapshot fills
+     * them (held and nheld may be NULL without a plan). Filled by a read,
+     * held and nheld always have W rows, done only with a plan. */
+    bool have_assign;
+    zps_assign_state_t assign;
+    bool *finished; /* [W], with have_assign: the workers that said they have no batch left */
 } zps_ckpt_t;
 
 /* Zeroes `c`; zps_ckpt_fini on a zeroed struct is a no-op. */
@@ -113,8 +132,9 @@ void zps_ckpt_init(zps_ckpt_t *c);
 
 /*
  * Frees the arrays of a struct filled by zps_ckpt_read or
- * zps_ckpt_find_latest and zeroes it. Never call it on a struct whose
- * arrays belong to the caller.
+ * zps_ckpt_find_latest (the assignment's with zps_assign_state_fini, and
+ * finished) and zeroes it. Never call it on a struct whose arrays belong to
+ * the caller.
  */
 void zps_ckpt_fini(zps_ckpt_t *c);
 
@@ -125,8 +145,9 @@ void zps_ckpt_fini(zps_ckpt_t *c);
  * gives for its shard, an optimizer configuration zps_opt_config_check
  * accepts with exactly the state arrays (count and names) its optimizer
  * keeps, a valid consistency configuration, no NULL array of nonzero length,
- * and only finite values in params and the state arrays (the reader refuses
- * NaN and infinities)?
+ * only finite values in params and the state arrays (the reader refuses
+ * NaN and infinities), and with have_assign an assignment for W workers
+ * that zps_assign_restore accepts?
  * Returns 0, ZPS_EINVAL with "not a valid checkpoint: <reason>" in `why`
  * (may be NULL; truncated to why_size), or ZPS_ENOMEM. Reads `c` only; no I/O.
  */
@@ -155,12 +176,13 @@ int zps_ckpt_encode(int fd, const zps_ckpt_t *c, const char *path, char *why, si
  *
  * Returns 0; ZPS_ECORRUPT with the first problem found, for example
  *   "bad magic: not a zps checkpoint"
- *   "unsupported format version 7 (this build reads version 1)"
+ *   "unsupported format version 7 (this build reads versions 1 and 2)"
  *   "header checksum mismatch"
  *   "truncated: section 'params' ends at byte 4312, file has 1000"
  *   "section 'optimizer m' checksum mismatch"
  *   "section 'params' is 12 bytes; range [0, 4) needs 16"
  *   "section 'optimizer m': element 7 is not finite (nan)"
+ *   "section 'assignment' is 300 bytes; 3 workers, 2 queued leases and 24 batches need 272"
  * ZPS_EIO when the file cannot be opened or read (the errno text, or
  * "PATH is not a regular file (a FIFO)"); ZPS_ENOMEM. Blocks; memory use is the arrays plus a
  * fixed buffer.
@@ -172,7 +194,7 @@ int zps_ckpt_read(const char *path, zps_ckpt_t *out, char *why, size_t why_size)
  */
 typedef struct zps_ckpt_section_check {
     uint32_t id;
-    char name[32];           /* "shard", "params", "optimizer m", ... */
+    char name[32];           /* "shard", "params", "optimizer m", "assignment", ... */
     uint64_t offset, length; /* bytes, from the section table */
     uint32_t crc_stored;     /* from the section table */
     uint32_t crc_computed;   /* over the bytes present (valid when `read` is true) */
@@ -189,7 +211,8 @@ typedef struct zps_ckpt_scan {
     uint32_t nsections;
     zps_ckpt_section_check_t sections[ZPS_CKPT_MAX_SECTIONS];
     /* The small sections that verified, decoded into `meta` (its params and
-     * state arrays stay NULL; pushed/live/dropped are owned by the scan). */
+     * state arrays stay NULL; pushed/live/dropped, and with meta.have_assign
+     * the assignment and finished, are owned by the scan). */
     bool have_shard, have_optimizer, have_workers;
     zps_ckpt_t meta;
 } zps_ckpt_scan_t;
@@ -256,7 +279,8 @@ int zps_ckpt_dir_prepare(const char *dir, char *why, size_t why_size);
  * (zps_ckpt_validate: a bad range, an optimizer configuration
  * zps_opt_config_check refuses, a state count or state names that do not
  * match its optimizer, an invalid consistency configuration, a NULL array of
- * nonzero length, a NaN or infinite value in params or a state array) or a
+ * nonzero length, a NaN or infinite value in params or a state array, an
+ * assignment not for W workers or one zps_assign_restore refuses) or a
  * path is too long,
  * ZPS_EIO when the file system refused, with the step and the errno text,
  * e.g. "write /ckpt/.shard-0-of-2-...: No space left on device", or

@@ -11,6 +11,10 @@
  * whether its contents are a valid shard state. No field is used before its
  * checksum has been verified, and no allocation is larger than the file.
  *
+ * Format version 2 is version 1 with an optional last section, the shared
+ * data assignment (consistency/assign.h); this file writes version 2 and
+ * reads both, a version-1 file as one without that section.
+ *
  * Not here: file names, the temporary file, rename and sync, and finding or
  * pruning a shard's files (dir.c); what the server puts into a checkpoint
  * and how it restores one (server/); printing one for people
@@ -34,7 +38,8 @@
 #include "error.h"
 #include "wire.h"
 
-/* Fixed sizes of format version 1, in bytes (docs/checkpoint.md). */
+/* Fixed sizes, in bytes (docs/checkpoint.md): the same in format versions 1
+ * and 2, which only adds the assignment section. */
 #define HEADER_BYTES 64
 #define HEADER_CRC_AT 60
 #define ENTRY_BYTES 24
@@ -42,6 +47,10 @@
 #define OPT_FIXED_BYTES 112
 #define WORKERS_FIXED_BYTES 16
 #define WORKER_BYTES 17 /* pushed u64, dropped u64, live u8 */
+/* examples u64, batch u32, epochs u32, next u64, nqueue u64, workers u32 */
+#define ASSIGN_FIXED_BYTES 36
+/* Per worker: nheld u32, finished u8, 3 zero bytes, held u64 x ZPS_ASSIGN_MAX_HELD. */
+#define ASSIGN_WORKER_BYTES (8 + 8 * ZPS_ASSIGN_MAX_HELD)
 
 /* The I/O buffer: sections stream through it in pieces of this size. */
 #define CHUNK_BYTES (256u * 1024u)
@@ -116,6 +125,8 @@ static const char *section_base_name(uint32_t id)
         return "workers";
     case ZPS_CKPT_SEC_PARAMS:
         return "params";
+    case ZPS_CKPT_SEC_ASSIGN:
+        return "assignment";
     }
     return "?";
 }
@@ -274,6 +285,128 @@ static int check_clocks(const zps_ckpt_t *c, char *why, size_t why_size)
     return 0;
 }
 
+/*
+ * E * B of plan p into *batches, 0 without a plan (examples 0), after the
+ * checks of zps_assign_set_plan that the section's size depends on.
+ * Returns 0, or -1 with the reason.
+ */
+static int assign_batches(const zps_assign_plan_t *p, uint64_t *batches, char *why, size_t why_size)
+{
+    *batches = 0;
+    if (p->examples == 0)
+        return 0;
+    if (p->batch == 0 || p->epochs == 0) {
+        zps_set_reason(why, why_size,
+                       "data assignment: a plan of %" PRIu64 " examples in batches of %" PRIu32
+                       " for %" PRIu32 " epochs (batch and epochs must be >= 1)",
+                       p->examples, p->batch, p->epochs);
+        return -1;
+    }
+    uint64_t per_epoch = (p->examples - 1) / p->batch + 1;
+    if (per_epoch > ZPS_ASSIGN_MAX_BATCHES / p->epochs) {
+        zps_set_reason(why, why_size,
+                       "data assignment: a plan of %" PRIu64 " batches per epoch for %" PRIu32
+                       " epochs is more than 2^32 batches",
+                       per_epoch, p->epochs);
+        return -1;
+    }
+    *batches = per_epoch * p->epochs;
+    return 0;
+}
+
+/*
+ * The assignment's counts, which its size follows from: for the
+ * checkpoint's W workers, a plan zps_assign_set_plan takes (E * B into
+ * *batches), and at most ZPS_ASSIGN_MAX_HELD leases queued per worker
+ * (leases held and queued together never exceed that, assign.c). Returns 0,
+ * or -1 with the reason.
+ */
+static int check_assign_counts(uint32_t W, const zps_assign_plan_t *plan, uint32_t workers,
+                               uint64_t nqueue, uint64_t *batches, char *why, size_t why_size)
+{
+    if (workers == 0 || workers != W) {
+        zps_set_reason(why, why_size,
+                       "data assignment for %" PRIu32 " workers; the checkpoint has %" PRIu32,
+                       workers, W);
+        return -1;
+    }
+    if (assign_batches(plan, batches, why, why_size) != 0)
+        return -1;
+    uint64_t cap = (uint64_t)ZPS_ASSIGN_MAX_HELD * workers;
+    if (nqueue > cap) {
+        zps_set_reason(why, why_size,
+                       "data assignment: %" PRIu64 " leases queued, at most %" PRIu64, nqueue, cap);
+        return -1;
+    }
+    return 0;
+}
+
+/*
+ * Is s, with finished[W], an assignment zps_assign_restore accepts for W
+ * workers? Its counts as check_assign_counts wants them; without a plan
+ * nothing set but the worker count; with one, the arrays there, at most
+ * ZPS_ASSIGN_MAX_HELD leases per worker, and then restore's own checks on a
+ * fresh assignment (the cursor within the run, every lease below it, not
+ * complete and held once, no completion past the cursor), whose reason is
+ * the message. Returns 0, -1 with the reason, or ZPS_ENOMEM.
+ */
+static int check_assign_fields(uint32_t W, const zps_assign_state_t *s, const bool *finished,
+                               char *why, size_t why_size)
+{
+    uint64_t batches;
+    if (check_assign_counts(W, &s->plan, s->workers, s->nqueue, &batches, why, why_size) != 0)
+        return -1;
+    if (finished == NULL) {
+        zps_set_reason(why, why_size, "data assignment: finished must hold %" PRIu32 " entries", W);
+        return -1;
+    }
+    if (s->plan.examples == 0) {
+        if (s->plan.batch != 0 || s->plan.epochs != 0 || s->next != 0 || s->nqueue != 0) {
+            zps_set_reason(why, why_size,
+                           "data assignment without a plan (0 examples) has batch %" PRIu32
+                           ", epochs %" PRIu32 ", next %" PRIu64
+                           ", %zu leases queued (all must be 0)",
+                           s->plan.batch, s->plan.epochs, s->next, s->nqueue);
+            return -1;
+        }
+        for (uint32_t w = 0; s->nheld && w < W; w++) {
+            if (s->nheld[w] != 0) {
+                zps_set_reason(why, why_size,
+                               "data assignment without a plan: worker %" PRIu32 " holds %" PRIu32
+                               " leases",
+                               w, s->nheld[w]);
+                return -1;
+            }
+        }
+        return 0;
+    }
+    if ((s->nqueue > 0 && s->queue == NULL) || s->held == NULL || s->nheld == NULL ||
+        s->done == NULL) {
+        zps_set_reason(why, why_size,
+                       "data assignment: a plan needs its queue, held, nheld and done arrays");
+        return -1;
+    }
+    for (uint32_t w = 0; w < W; w++) {
+        if (s->nheld[w] > ZPS_ASSIGN_MAX_HELD) {
+            zps_set_reason(why, why_size,
+                           "data assignment: worker %" PRIu32 " holds %" PRIu32
+                           " leases, at most %d",
+                           w, s->nheld[w], ZPS_ASSIGN_MAX_HELD);
+            return -1;
+        }
+    }
+    zps_assign_t *a = NULL;
+    int rc = zps_assign_new(W, &a);
+    if (rc == 0)
+        rc = zps_assign_restore(a, s, why, why_size);
+    zps_assign_free(a);
+    if (rc == ZPS_ENOMEM) {
+        zps_set_reason(why, why_size, "out of memory");
+        return ZPS_ENOMEM;
+    }
+    return rc == 0 ? 0 : -1;
+}
+
 /* ---- encoding ---- */
 
 int zps_ckpt_write_all(int fd, const void *buf, size_t n)
@@ -389,6 +522,52 @@ static void ws_bools(wstream_t *ws, const bool *x, size_t n)
     }
 }
 
+static void ws_bytes(wstream_t *ws, const uint8_t *x, size_t n)
+{
+    while (n > 0 && ws->err == 0) {
+        uint8_t *p = ws_room(ws, 1);
+        size_t k = CHUNK_BYTES - ws->fill;
+        k = k < n ? k : n;
+        memcpy(p, x, k);
+        ws_commit(ws, k);
+        x += k;
+        n -= k;
+    }
+}
+
+/*
+ * The assignment section: the counts, the queue, one row per worker, the
+ * completion bits (none without a plan). A worker's lease slots past its
+ * count hold whatever the module left there; they are written as zeros.
+ */
+static void ws_assign(wstream_t *ws, const zps_ckpt_t *c)
+{
+    const zps_assign_state_t *s = &c->assign;
+    uint8_t *p = ws_room(ws, ASSIGN_FIXED_BYTES);
+    put_u64(p + 0, s->plan.examples);
+    put_u32(p + 8, s->plan.batch);
+    put_u32(p + 12, s->plan.epochs);
+    put_u64(p + 16, s->next);
+    put_u64(p + 24, s->nqueue);
+    put_u32(p + 32, s->workers);
+    ws_commit(ws, ASSIGN_FIXED_BYTES);
+    ws_u64s(ws, s->queue, s->nqueue);
+    for (uint32_t w = 0; w < s->workers && ws->err == 0; w++) {
+        uint32_t n = s->nheld ? s->nheld[w] : 0;
+        p = ws_room(ws, ASSIGN_WORKER_BYTES);
+        memset(p, 0, ASSIGN_WORKER_BYTES);
+        put_u32(p, n);
+        p[4] = c->finished[w] ? 1 : 0;
+        for (uint32_t i = 0; i < n; i++)
+            put_u64(p + 8 + 8 * i, s->held[(size_t)w * ZPS_ASSIGN_MAX_HELD + i]);
+        ws_commit(ws, ASSIGN_WORKER_BYTES);
+    }
+    uint64_t batches = 0;
+    assign_batches(&s->plan, &batches, NULL, 0); /* validated: cannot fail */
+    if (s->plan.examples != 0)
+        ws_bytes(ws, s->done, (size_t)zps_assign_done_bytes(batches));
+}
+
 /* The section table entries the writer fills in. */
 typedef struct sec {
     uint32_t id;
@@ -478,6 +657,9 @@ int zps_ckpt_validate(const zps_ckpt_t *c, char *why, size_t why_size)
     }
     if (check_clocks(c, reason, sizeof(reason)) != 0)
         goto invalid;
+    if (c->have_assign && (rc = check_assign_fields(c->workers, &c->assign, c->finished, reason,
+                                                    sizeof(reason))) != 0)
+        goto refused;
     if (len > 0 && c->params == NULL) {
         snprintf(reason, sizeof(reason), "params is NULL for a range of %zu elements", len);
         goto invalid;
@@ -532,7 +714,7 @@ int zps_ckpt_encode(int fd, const zps_ckpt_t *c, const char *path, char *why, si
     }
 
     size_t len = (size_t)zps_range_len(c->range);
-    uint32_t nsec = 4 + c->nstate;
+    uint32_t nsec = 4 + c->nstate + (c->have_assign ? 1 : 0);
     sec_t secs[ZPS_CKPT_MAX_SECTIONS];
     uint64_t table_end = HEADER_BYTES + (uint64_t)ENTRY_BYTES * nsec;
 
@@ -541,7 +723,12 @@ int zps_ckpt_encode(int fd, const zps_ckpt_t *c, const char *path, char *why, si
     ws_commit(&ws, table_end);
 
     for (uint32_t s = 0; s < nsec; s++) {
-        secs[s].id = s < 4 ? (uint32_t)ZPS_CKPT_SEC_SHARD + s : ZPS_CKPT_SEC_STATE + (s - 4);
+        if (s < 4)
+            secs[s].id = (uint32_t)ZPS_CKPT_SEC_SHARD + s;
+        else if (s < 4 + c->nstate)
+            secs[s].id = ZPS_CKPT_SEC_STATE + (s - 4);
+        else
+            secs[s].id = ZPS_CKPT_SEC_ASSIGN;
         secs[s].offset = ws.pos;
         ws.crc = 0;
         switch (secs[s].id) {
@@ -569,6 +756,9 @@ int zps_ckpt_encode(int fd, const zps_ckpt_t *c, const char *path, char *why, si
         }
         case ZPS_CKPT_SEC_PARAMS:
             ws_f32s(&ws, c->params, len);
+            break;
+        case ZPS_CKPT_SEC_ASSIGN:
+            ws_assign(&ws, c);
             break;
         default:
             ws_f32s(&ws, c->state[secs[s].id - ZPS_CKPT_SEC_STATE], len);
@@ -620,6 +810,8 @@ void zps_ckpt_fini(zps_ckpt_t *c)
     free(c->params);
     for (int i = 0; i < ZPS_CKPT_MAX_STATE; i++)
         free(c->state[i]);
+    zps_assign_state_fini(&c->assign);
+    free(c->finished);
     zps_ckpt_init(c);
 }
 
@@ -688,14 +880,17 @@ static int check_header(const uint8_t *h, size_t have, uint64_t size, uint32_t *
     *format = get_u32(h + 8);
     bool crc_ok =
         have == HEADER_BYTES && zps_crc32c(0, h, HEADER_CRC_AT) == get_u32(h + HEADER_CRC_AT);
-    if (*format != ZPS_CKPT_FORMAT) {
+    if (*format < ZPS_CKPT_FORMAT_OLDEST || *format > ZPS_CKPT_FORMAT) {
         /* A newer writer keeps magic and version where they are; a bit flip in
-         * the version of a version-1 file shows as a header checksum mismatch. */
-        zps_set_reason(
-            why, why_size, "unsupported format version %" PRIu32 " (this build reads version %d)%s",
-            *format, ZPS_CKPT_FORMAT,
-            have == HEADER_BYTES && !crc_ok ? ", or a corrupt header: its checksum does not match"
-                                            : "");
+         * the version of a file this build reads shows as a header checksum
+         * mismatch. (Two versions: "versions 1 and 2".) */
+        zps_set_reason(why, why_size,
+                       "unsupported format version %" PRIu32 " (this build reads versions %d and "
+                       "%d)%s",
+                       *format, ZPS_CKPT_FORMAT_OLDEST, ZPS_CKPT_FORMAT,
+                       have == HEADER_BYTES && !crc_ok
+                           ? ", or a corrupt header: its checksum does not match"
+                           : "");
         return ZPS_ECORRUPT;
     }
     if (have < HEADER_BYTES) {
@@ -708,8 +903,9 @@ static int check_header(const uint8_t *h, size_t have, uint64_t size, uint32_t *
         return ZPS_ECORRUPT;
     }
     if (get_u32(h + 12) != HEADER_BYTES) {
-        zps_set_reason(why, why_size, "header: header size %" PRIu32 ", format version 1 has %d",
-                       get_u32(h + 12), HEADER_BYTES);
+        zps_set_reason(why, why_size,
+                       "header: header size %" PRIu32 ", format version %" PRIu32 " has %d",
+                       get_u32(h + 12), *format, HEADER_BYTES);
         return ZPS_ECORRUPT;
     }
     for (int i = 32; i < HEADER_CRC_AT; i++) {
@@ -719,9 +915,12 @@ static int check_header(const uint8_t *h, size_t have, uint64_t size, uint32_t *
         }
     }
     *nsec = get_u32(h + 24);
-    if (*nsec < 4 || *nsec > ZPS_CKPT_MAX_SECTIONS) {
-        zps_set_reason(why, why_size, "header: %" PRIu32 " sections; format version 1 has 4 to %d",
-                       *nsec, ZPS_CKPT_MAX_SECTIONS);
+    /* Version 1 has no assignment section: one section fewer at most. */
+    uint32_t most = ZPS_CKPT_MAX_SECTIONS - (*format < 2 ? 1 : 0);
+    if (*nsec < 4 || *nsec > most) {
+        zps_set_reason(why, why_size,
+                       "header: %" PRIu32 " sections; format version %" PRIu32 " has 4 to %" PRIu32,
+                       *nsec, *format, most);
         return ZPS_ECORRUPT;
     }
     *total = get_u64(h + 16);
@@ -729,16 +928,28 @@ static int check_header(const uint8_t *h, size_t have, uint64_t size, uint32_t *
 }
 
 /*
- * The table's layout: the sections of format version 1 in their order,
- * back to back from the end of the table to the end of the file, so that
- * every byte of the file is under exactly one checksum.
+ * The table's layout: the sections in their order (shard, optimizer,
+ * workers, params, the state arrays, and from format version 2 on an
+ * assignment section last), back to back from the end of the table to the
+ * end of the file, so that every byte of the file is under exactly one
+ * checksum. *assign: the last section is the assignment.
  */
-static int check_layout(const entry_t *e, uint32_t nsec, uint64_t table_end, uint64_t total,
-                        char *why, size_t why_size)
+static int check_layout(const entry_t *e, uint32_t nsec, uint32_t format, uint64_t table_end,
+                        uint64_t total, bool *assign, char *why, size_t why_size)
 {
+    /* The header allows one entry more than 4 + ZPS_CKPT_MAX_STATE only in
+     * version 2, and then the last must be the assignment. */
+    *assign = format >= 2 && nsec > 4 &&
+              (e[nsec - 1].id == ZPS_CKPT_SEC_ASSIGN || nsec - 4 > ZPS_CKPT_MAX_STATE);
     uint64_t at = table_end;
     for (uint32_t s = 0; s < nsec; s++) {
-        uint32_t want = s < 4 ? (uint32_t)ZPS_CKPT_SEC_SHARD + s : ZPS_CKPT_SEC_STATE + (s - 4);
+        uint32_t want;
+        if (s < 4)
+            want = (uint32_t)ZPS_CKPT_SEC_SHARD + s;
+        else if (*assign && s == nsec - 1)
+            want = ZPS_CKPT_SEC_ASSIGN;
+        else
+            want = ZPS_CKPT_SEC_STATE + (s - 4);
         if (e[s].id != want) {
             zps_set_reason(why, why_size,
                            "section table: entry %" PRIu32 " has id %" PRIu32 ", expected %" PRIu32,
@@ -777,6 +988,7 @@ typedef struct loader {
     uint8_t *buf; /* [CHUNK_BYTES] */
     bool decode_arrays;
     zps_ckpt_scan_t *scan; /* NULL for a read */
+    uint32_t format;       /* the header's format version */
     zps_ckpt_t c;
     bool have_shard, have_opt, have_workers;
     int rc; /* first error */
@@ -842,9 +1054,8 @@ static void load_shard(loader_t *L, uint32_t s, const entry_t *e)
 {
     if (e->length != SHARD_BYTES) {
         section_bad(L, s, ZPS_ECORRUPT,
-                    "section 'shard' is %" PRIu64 " bytes; format version 1 "
-                    "has %d",
-                    e->length, SHARD_BYTES);
+                    "section 'shard' is %" PRIu64 " bytes; format version %" PRIu32 " has %d",
+                    e->length, L->format, SHARD_BYTES);
         return;
     }
     uint8_t *p = load_small(L, s, e);
@@ -1007,6 +1218,126 @@ static void load_workers(loader_t *L, uint32_t s, const entry_t *e)
 bad:
     free(p);
     section_bad(L, s, ZPS_ECORRUPT, "section 'workers': %s", msg);
+}
+
+/*
+ * The assignment section. Its length follows from its counts, which are
+ * checked first (against the workers section's W when that verified; a scan
+ * past a bad one takes the section's own count); then the bytes no state
+ * sets (reserved bytes, lease slots past a worker's count, finished other
+ * than 0 or 1); then the decoded state as zps_assign_restore checks it.
+ */
+static void load_assign(loader_t *L, uint32_t s, const entry_t *e)
+{
+    if (e->length < ASSIGN_FIXED_BYTES) {
+        section_bad(L, s, ZPS_ECORRUPT,
+                    "section 'assignment' is %" PRIu64 " bytes; its fixed fields need %d",
+                    e->length, ASSIGN_FIXED_BYTES);
+        return;
+    }
+    uint8_t *p = load_small(L, s, e);
+    if (p == NULL)
+        return;
+    zps_assign_state_t st;
+    memset(&st, 0, sizeof(st));
+    bool *finished = NULL;
+    st.plan.examples = get_u64(p + 0);
+    st.plan.batch = get_u32(p + 8);
+    st.plan.epochs = get_u32(p + 12);
+    st.next = get_u64(p + 16);
+    uint64_t nqueue = get_u64(p + 24);
+    st.workers = get_u32(p + 32);
+    uint32_t W = L->have_workers ? L->c.workers : st.workers;
+    char msg[256];
+    uint64_t batches;
+    if (check_assign_counts(W, &st.plan, st.workers, nqueue, &batches, msg, sizeof(msg)) != 0)
+        goto bad;
+    uint64_t done_bytes = st.plan.examples != 0 ? zps_assign_done_bytes(batches) : 0;
+    uint64_t want =
+        ASSIGN_FIXED_BYTES + 8 * nqueue + (uint64_t)ASSIGN_WORKER_BYTES * W + done_bytes;
+    if (e->length != want) {
+        free(p);
+        section_bad(L, s, ZPS_ECORRUPT,
+                    "section 'assignment' is %" PRIu64 " bytes; %" PRIu32 " workers, %" PRIu64
+                    " queued leases and %" PRIu64 " batches need %" PRIu64,
+                    e->length, W, nqueue, batches, want);
+        return;
+    }
+    const uint8_t *rows = p + ASSIGN_FIXED_BYTES + 8 * nqueue;
+    for (uint32_t w = 0; w < W; w++) {
+        const uint8_t *r = rows + (size_t)ASSIGN_WORKER_BYTES * w;
+        uint32_t n = get_u32(r);
+        if (n > ZPS_ASSIGN_MAX_HELD) {
+            snprintf(msg, sizeof(msg),
+                     "data assignment: worker %" PRIu32 " holds %" PRIu32 " leases, at most %d", w,
+                     n, ZPS_ASSIGN_MAX_HELD);
+            goto bad;
+        }
+        if (r[4] > 1) {
+            snprintf(msg, sizeof(msg), "finished[%" PRIu32 "] is %u, not 0 or 1", w,
+                     (unsigned)r[4]);
+            goto bad;
+        }
+        if (r[5] != 0 || r[6] != 0 || r[7] != 0) {
+            snprintf(msg, sizeof(msg), "worker %" PRIu32 "'s reserved bytes 5 to 7 are not zero",
+                     w);
+            goto bad;
+        }
+        for (uint32_t i = n; i < ZPS_ASSIGN_MAX_HELD; i++) {
+            if (get_u64(r + 8 + 8 * i) != 0) {
+                snprintf(msg, sizeof(msg),
+                         "worker %" PRIu32 "'s lease slot %" PRIu32 " is past its %" PRIu32
+                         " leases and not zero",
+                         w, i, n);
+                goto bad;
+            }
+        }
+    }
+    st.nqueue = (size_t)nqueue;
+    st.queue = malloc(nqueue > 0 ? (size_t)nqueue * sizeof(uint64_t) : 1);
+    st.held = malloc((size_t)W * ZPS_ASSIGN_MAX_HELD * sizeof(uint64_t));
+    st.nheld = malloc((size_t)W * sizeof(uint32_t));
+    st.done = done_bytes > 0 ? malloc((size_t)done_bytes) : NULL;
+    finished = malloc((size_t)W * sizeof(bool));
+    if (!st.queue || !st.held || !st.nheld || (done_bytes > 0 && !st.done) || !finished) {
+        zps_assign_state_fini(&st);
+        free(finished);
+        free(p);
+        section_bad(L, s, ZPS_ENOMEM, "out of memory");
+        return;
+    }
+    for (size_t i = 0; i < st.nqueue; i++)
+        st.queue[i] = get_u64(p + ASSIGN_FIXED_BYTES + 8 * i);
+    for (uint32_t w = 0; w < W; w++) {
+        const uint8_t *r = rows + (size_t)ASSIGN_WORKER_BYTES * w;
+        st.nheld[w] = get_u32(r);
+        finished[w] = r[4] == 1;
+        for (uint32_t i = 0; i < ZPS_ASSIGN_MAX_HELD; i++)
+            st.held[(size_t)w * ZPS_ASSIGN_MAX_HELD + i] = get_u64(r + 8 + 8 * i);
+    }
+    if (done_bytes > 0)
+        memcpy(st.done, rows + (size_t)ASSIGN_WORKER_BYTES * W, (size_t)done_bytes);
+    free(p);
+    p = NULL;
+    int rc = check_assign_fields(W, &st, finished, msg, sizeof(msg));
+    if (rc == ZPS_ENOMEM) {
+        zps_assign_state_fini(&st);
+        free(finished);
+        section_bad(L, s, ZPS_ENOMEM, "out of memory");
+        return;
+    }
+    if (rc != 0)
+        goto bad;
+    L->c.assign = st;
+    L->c.finished = finished;
+    L->c.have_assign = true;
+    return;
+
+bad:
+    free(p);
+    zps_assign_state_fini(&st);
+    free(finished);
+    section_bad(L, s, ZPS_ECORRUPT, "section 'assignment': %s", msg);
 }
 
 /* params or a state array: streamed through the buffer, decoded into *dst when wanted. */
@@ -1176,6 +1507,7 @@ static int load(const char *path, zps_ckpt_scan_t *scan, bool decode_arrays, zps
     uint32_t nsec = 0, format = 0;
     uint64_t total = 0;
     L.rc = check_header(h, have, L.size, &nsec, &total, &format, why, why_size);
+    L.format = format;
     if (scan)
         scan->format = format;
     if (L.rc != 0)
@@ -1207,7 +1539,8 @@ static int load(const char *path, zps_ckpt_scan_t *scan, bool decode_arrays, zps
         e[s].length = get_u64(p + 16);
         section_name(e[s].id, NULL, e[s].name, sizeof(e[s].name));
     }
-    if ((L.rc = check_layout(e, nsec, table_end, total, why, why_size)) != 0)
+    bool assign = false;
+    if ((L.rc = check_layout(e, nsec, format, table_end, total, &assign, why, why_size)) != 0)
         goto done;
     if (scan) {
         scan->header_ok = true;
@@ -1258,7 +1591,7 @@ static int load(const char *path, zps_ckpt_scan_t *scan, bool decode_arrays, zps
             load_shard(&L, s, &e[s]);
             break;
         case ZPS_CKPT_SEC_OPTIMIZER:
-            load_optimizer(&L, s, &e[s], nsec - 4);
+            load_optimizer(&L, s, &e[s], nsec - 4 - (assign ? 1 : 0));
             if (L.have_opt) {
                 for (uint32_t i = 0; i < L.c.nstate; i++) {
                     uint32_t k = 4 + i;
@@ -1274,6 +1607,9 @@ static int load(const char *path, zps_ckpt_scan_t *scan, bool decode_arrays, zps
             break;
         case ZPS_CKPT_SEC_PARAMS:
             load_array(&L, s, &e[s], &L.c.params);
+            break;
+        case ZPS_CKPT_SEC_ASSIGN:
+            load_assign(&L, s, &e[s]);
             break;
         default:
             load_array(&L, s, &e[s], &L.c.state[e[s].id - ZPS_CKPT_SEC_STATE]);
@@ -1299,7 +1635,8 @@ done:
         scan->have_shard = L.have_shard;
         scan->have_optimizer = L.have_opt;
         scan->have_workers = L.have_workers;
-        scan->meta = L.c; /* the arrays it holds (pushed, live, dropped) move with it */
+        /* the arrays it holds (pushed, live, dropped, the assignment's) move with it */
+        scan->meta = L.c;
         for (int i = 0; i < ZPS_CKPT_MAX_STATE; i++) {
             free(scan->meta.state[i]);
             scan->meta.state[i] = NULL;

@@ -47,6 +47,37 @@ static void print_sections(const zps_ckpt_scan_t *scan)
     }
 }
 
+/* One line for the assignment section: the plan, and where the run stands in it. */
+static void print_assign(const zps_ckpt_t *c)
+{
+    const zps_assign_state_t *s = &c->assign;
+    uint32_t finished = 0;
+    for (uint32_t w = 0; w < s->workers; w++)
+        finished += c->finished[w] ? 1 : 0;
+    if (s->plan.examples == 0) {
+        printf("assignment    no plan yet, %" PRIu32 " of %" PRIu32 " workers finished\n", finished,
+               s->workers);
+        return;
+    }
+    /* The counts as the module has them: the section verified, so it restores. */
+    zps_assign_t *a = NULL;
+    if (zps_assign_new(s->workers, &a) != 0 || zps_assign_restore(a, s, NULL, 0) != 0) {
+        zps_assign_free(a);
+        printf("assignment    (out of memory)\n");
+        return;
+    }
+    size_t held = 0;
+    for (uint32_t w = 0; w < s->workers; w++)
+        held += zps_assign_held(a, w);
+    printf("assignment    %" PRIu64 " examples in batches of %" PRIu32 " for %" PRIu32
+           " epochs (%" PRIu64 " batches): next %" PRIu64 ", %zu queued, %zu leases held, %" PRIu64
+           " completed, %" PRIu32 " of %" PRIu32 " workers finished\n",
+           s->plan.examples, s->plan.batch, s->plan.epochs, zps_assign_batches(a),
+           zps_assign_next(a), zps_assign_queued(a), held, zps_assign_completed(a), finished,
+           s->workers);
+    zps_assign_free(a);
+}
+
 static void print_contents(const zps_ckpt_scan_t *scan)
 {
     const zps_ckpt_t *c = &scan->meta;
@@ -88,6 +119,8 @@ static void print_contents(const zps_ckpt_scan_t *scan)
             printf("  %-8" PRIu32 " %20" PRIu64 " %5s %20" PRIu64 "\n", w, c->pushed[w],
                    c->live[w] ? "yes" : "no", c->dropped[w]);
     }
+    if (c->have_assign)
+        print_assign(c);
 }
 
 /*

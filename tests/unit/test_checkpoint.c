@@ -2,7 +2,8 @@
  * test_checkpoint.c - the shard checkpoint file: round trips of every field,
  * the byte layout of docs/checkpoint.md, every refusal with its own message,
  * the newest-valid search, pruning, the write protocol's failure paths and
- * `zps checkpoint inspect`.
+ * `zps checkpoint inspect`, and the optional assignment section of format
+ * version 2 (with version-1 files still read).
  *
  * Each test works in its own mkdtemp directory, removed afterwards. Byte
  * offsets are computed here from the layout table in docs/checkpoint.md, not
@@ -28,6 +29,7 @@
 
 #include <cmocka.h>
 
+#include "assign.h"
 #include "checkpoint.h"
 #include "checksum.h"
 #include "ckpt_inspect.h"
@@ -176,6 +178,7 @@ typedef struct fixture {
     uint64_t pushed[65536];
     bool live[65536];
     uint64_t dropped[65536];
+    bool finished[65536];
 } fixture_t;
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
@@ -284,6 +287,7 @@ static void free_fixture(fixture_t *f)
     free(f->c.params);
     for (int i = 0; i < ZPS_CKPT_MAX_STATE; i++)
         free(f->c.state[i]);
+    zps_assign_state_fini(&f->c.assign); /* a snapshot the test attached, if any */
     free(f);
 }
 
@@ -347,21 +351,37 @@ static const char *write_fixture(const fixture_t *f)
 
 /* Byte offsets of the sections, from docs/checkpoint.md's layout. */
 typedef struct layout {
-    size_t table_end, shard, opt, workers, params, state[2], end;
+    size_t table_end, shard, opt, workers, params, state[2], assign, end;
 } layout_t;
+
+/*
+ * The assignment section's size by docs/checkpoint.md: 36 bytes, 8 per
+ * queued lease, 72 per worker, and with a plan E * B / 8 + 1 bytes of
+ * completion bits, B = ceil(N / b).
+ */
+static size_t assign_bytes(const zps_assign_state_t *s)
+{
+    size_t n = 36 + 8 * s->nqueue + 72 * (size_t)s->workers;
+    if (s->plan.examples > 0) {
+        uint64_t per_epoch = (s->plan.examples + s->plan.batch - 1) / s->plan.batch;
+        n += (size_t)(per_epoch * s->plan.epochs / 8 + 1);
+    }
+    return n;
+}
 
 static layout_t layout_of(const zps_ckpt_t *c)
 {
     layout_t l;
     size_t len = (size_t)zps_range_len(c->range);
-    l.table_end = 64 + 24 * (4 + (size_t)c->nstate);
+    l.table_end = 64 + 24 * (4 + (size_t)c->nstate + (c->have_assign ? 1 : 0));
     l.shard = l.table_end;
     l.opt = l.shard + 40;
     l.workers = l.opt + 112 + 16 * (size_t)c->nstate;
     l.params = l.workers + 16 + 17 * (size_t)c->workers;
     l.state[0] = l.params + 4 * len;
     l.state[1] = l.state[0] + 4 * len;
-    l.end = l.params + 4 * len * (1 + (size_t)c->nstate);
+    l.assign = l.params + 4 * len * (1 + (size_t)c->nstate);
+    l.end = l.assign + (c->have_assign ? assign_bytes(&c->assign) : 0);
     return l;
 }
 
@@ -567,7 +587,7 @@ static void test_layout_matches_docs(void **state)
 
     /* Header. */
     assert_memory_equal(b, "ZPSCKPT\0", 8);
-    assert_int_equal(le32(b + 8), 1);
+    assert_int_equal(le32(b + 8), 2);
     assert_int_equal(le32(b + 12), 64);
     assert_int_equal(le64(b + 16), len);
     assert_int_equal(le32(b + 24), 6);
@@ -749,15 +769,16 @@ static void test_refuse_magic_and_version(void **state)
     set_le32(x + 8, 7);
     set_le32(x + 60, zps_crc32c(0, x, 60));
     spit(path, x, len);
-    expect_refused(path, ZPS_ECORRUPT, "unsupported format version 7 (this build reads version 1)");
+    expect_refused(path, ZPS_ECORRUPT,
+                   "unsupported format version 7 (this build reads versions 1 and 2)");
 
     /* The same number from a damaged version field says so. */
     memcpy(x, b, len);
     set_le32(x + 8, 7);
     spit(path, x, len);
     expect_refused(path, ZPS_ECORRUPT,
-                   "unsupported format version 7 (this build reads version 1), or a corrupt "
-                   "header: its checksum does not match");
+                   "unsupported format version 7 (this build reads versions 1 and 2), or a "
+                   "corrupt header: its checksum does not match");
 
     /* Not a file, not there. */
     zps_ckpt_t out;
@@ -1293,7 +1314,7 @@ static void test_inspect(void **state)
 
     assert_int_equal(run_inspect(path, out, sizeof(out)), 0);
     assert_non_null(strstr(out, "result        valid\n"));
-    assert_non_null(strstr(out, "format version 1"));
+    assert_non_null(strstr(out, "format version 2"));
     assert_non_null(strstr(out, "shard         1/2 of a model of 100 elements: range [50, 100), "
                                 "50 parameters"));
     assert_non_null(strstr(out, "version       8\n"));
@@ -1502,6 +1523,443 @@ static void test_dir_prepare(void **state)
     assert_int_equal(entries, 0);
 }
 
+/* ---- the assignment section (format version 2) ---- */
+
+/*
+ * A shared assignment of W = 3 as the module leaves it after a few events:
+ * the plan 100 examples in batches of 8 for 2 epochs (B = 13, 26 batches);
+ * worker 0 took 0 1 2, worker 1 took 3 4, worker 2 took 5 6 7 8; batches 1,
+ * 5 and 6 completed; worker 0 no longer has 2 (given back); worker 1 was
+ * evicted (3 and 4 given back) and took the queue's front, 2. So: cursor 9,
+ * queue {3, 4}, leases {0}, {2}, {7, 8}. Returns the assignment, the caller
+ * frees it.
+ */
+static zps_assign_t *make_assignment(void)
+{
+    zps_assign_t *a = NULL;
+    assert_int_equal(zps_assign_new(3, &a), 0);
+    zps_assign_plan_t plan = {.examples = 100, .batch = 8, .epochs = 2};
+    assert_int_equal(zps_assign_set_plan(a, &plan, NULL, 0), 0);
+    uint64_t out[ZPS_ASSIGN_MAX_HELD];
+    bool exhausted, first;
+    assert_int_equal(zps_assign_lease(a, 0, NULL, 0, 3, out, &exhausted), 3);
+    assert_int_equal(zps_assign_lease(a, 1, NULL, 0, 2, out, &exhausted), 2);
+    assert_int_equal(zps_assign_lease(a, 2, NULL, 0, 4, out, &exhausted), 4);
+    assert_int_equal(zps_assign_complete(a, 0, 1, 8, &first, NULL, 0), 0);
+    assert_true(first);
+    assert_int_equal(zps_assign_complete(a, 2, 5, 8, &first, NULL, 0), 0);
+    assert_int_equal(zps_assign_complete(a, 2, 6, 8, &first, NULL, 0), 0);
+    const uint64_t have0[1] = {0};
+    assert_int_equal(zps_assign_lease(a, 0, have0, 1, 1, out, &exhausted), 1);
+    zps_assign_release(a, 1);
+    assert_int_equal(zps_assign_lease(a, 1, NULL, 0, 1, out, &exhausted), 1);
+    assert_int_equal(out[0], 2);
+    return a;
+}
+
+/* f with make_assignment()'s snapshot and worker 2 finished; returns the assignment. */
+static zps_assign_t *attach_assignment(fixture_t *f)
+{
+    zps_assign_t *a = make_assignment();
+    assert_int_equal(zps_assign_snapshot(a, &f->c.assign), 0);
+    f->c.have_assign = true;
+    f->finished[2] = true;
+    f->c.finished = f->finished;
+    return a;
+}
+
+/* Worker w's lease slots in a state read back: [8], exactly. */
+static void assert_row(const zps_assign_state_t *s, uint32_t w, uint32_t n, const uint64_t *held)
+{
+    assert_int_equal(s->nheld[w], n);
+    for (uint32_t i = 0; i < ZPS_ASSIGN_MAX_HELD; i++)
+        assert_int_equal(s->held[(size_t)w * ZPS_ASSIGN_MAX_HELD + i], i < n ? held[i] : 0);
+}
+
+static void test_assign_round_trip(void **state)
+{
+    (void)state;
+    fixture_t *f = make_fixture(0, 1, 10, ZPS_OPT_ADAM, false, ZPS_MODE_ASP, 3, 5);
+    zps_assign_t *a = attach_assignment(f);
+    /* What the snapshot holds, stale lease slots included (worker 0 had 0 1 2). */
+    const zps_assign_state_t *snap = &f->c.assign;
+    assert_int_equal(snap->next, 9);
+    assert_int_equal(snap->nqueue, 2);
+    assert_int_equal(snap->held[1], 2); /* past worker 0's one lease: written as 0 */
+    assert_int_equal(snap->done[0], 0x62);
+
+    const char *path = write_fixture(f);
+    size_t len;
+    uint8_t *b = slurp(path, &len);
+    layout_t l = layout_of(&f->c);
+    assert_int_equal(assign_bytes(snap), 272);
+    assert_int_equal(len, l.end);
+    assert_int_equal(len, 875); /* the worked example in docs/checkpoint.md */
+    assert_int_equal(l.assign, 603);
+    assert_int_equal(le32(b + 8), 2);
+    assert_int_equal(le32(b + 24), 7); /* the most sections a file has */
+    const uint8_t *e = b + 64 + 24 * 6;
+    assert_int_equal(le32(e), 5);
+    assert_int_equal(le64(e + 8), l.assign);
+    assert_int_equal(le64(e + 16), 272);
+    assert_int_equal(le32(e + 4), zps_crc32c(0, b + l.assign, 272));
+
+    /* The section, offset by offset as docs/checkpoint.md has it. */
+    const uint8_t *p = b + l.assign;
+    assert_int_equal(le64(p + 0), 100);
+    assert_int_equal(le32(p + 8), 8);
+    assert_int_equal(le32(p + 12), 2);
+    assert_int_equal(le64(p + 16), 9);
+    assert_int_equal(le64(p + 24), 2);
+    assert_int_equal(le32(p + 32), 3);
+    assert_int_equal(le64(p + 36), 3);
+    assert_int_equal(le64(p + 44), 4);
+    const uint32_t nheld[3] = {1, 1, 2};
+    const uint64_t held[3][2] = {{0, 0}, {2, 0}, {7, 8}};
+    for (uint32_t w = 0; w < 3; w++) {
+        const uint8_t *r = p + 52 + 72 * w;
+        assert_int_equal(le32(r), nheld[w]);
+        assert_int_equal(r[4], w == 2 ? 1 : 0);
+        assert_int_equal(r[5] | r[6] | r[7], 0);
+        for (uint32_t i = 0; i < 8; i++)
+            assert_int_equal(le64(r + 8 + 8 * i), i < 2 ? held[w][i] : 0);
+    }
+    const uint8_t done[4] = {0x62, 0, 0, 0}; /* batches 1, 5 and 6 */
+    assert_memory_equal(p + 268, done, 4);
+
+    /* Read back, field by field. */
+    zps_ckpt_t out;
+    char why[512] = "";
+    assert_int_equal(zps_ckpt_read(path, &out, why, sizeof(why)), 0);
+    assert_same(&f->c, &out);
+    assert_true(out.have_assign);
+    const zps_assign_state_t *s = &out.assign;
+    assert_int_equal(s->plan.examples, 100);
+    assert_int_equal(s->plan.batch, 8);
+    assert_int_equal(s->plan.epochs, 2);
+    assert_int_equal(s->next, 9);
+    assert_int_equal(s->nqueue, 2);
+    assert_int_equal(s->queue[0], 3);
+    assert_int_equal(s->queue[1], 4);
+    assert_int_equal(s->workers, 3);
+    for (uint32_t w = 0; w < 3; w++)
+        assert_row(s, w, nheld[w], held[w]);
+    assert_memory_equal(s->done, done, 4);
+    assert_false(out.finished[0]);
+    assert_false(out.finished[1]);
+    assert_true(out.finished[2]);
+
+    /* Restored, it continues as the original: worker 2 gets the queue, 3 and 4. */
+    zps_assign_t *r = NULL;
+    assert_int_equal(zps_assign_new(3, &r), 0);
+    assert_int_equal(zps_assign_restore(r, s, why, sizeof(why)), 0);
+    assert_int_equal(zps_assign_completed(r), 3);
+    assert_int_equal(zps_assign_epoch_examples(r, 0), 24);
+    uint64_t x[ZPS_ASSIGN_MAX_HELD], y[ZPS_ASSIGN_MAX_HELD];
+    const uint64_t have2[2] = {7, 8};
+    bool ex_a, ex_r;
+    assert_int_equal(zps_assign_lease(a, 2, have2, 2, 5, x, &ex_a), 5);
+    assert_int_equal(zps_assign_lease(r, 2, have2, 2, 5, y, &ex_r), 5);
+    assert_memory_equal(x, y, sizeof(uint64_t) * 5);
+    assert_int_equal(y[2], 3);
+    assert_int_equal(y[4], 9);
+    assert_int_equal(ex_a, ex_r);
+    zps_assign_free(r);
+    zps_ckpt_fini(&out);
+
+    /* inspect: the section in the table, and its one line. */
+    zps_ckpt_scan_t scan;
+    assert_int_equal(zps_ckpt_verify(path, &scan, why, sizeof(why)), 0);
+    assert_int_equal(scan.format, 2);
+    assert_int_equal(scan.nsections, 7);
+    assert_string_equal(scan.sections[6].name, "assignment");
+    assert_int_equal(scan.sections[6].id, ZPS_CKPT_SEC_ASSIGN);
+    assert_int_equal(scan.sections[6].status, 0);
+    assert_true(scan.meta.have_assign);
+    assert_int_equal(scan.meta.assign.next, 9);
+    zps_ckpt_scan_fini(&scan);
+    static char text[1 << 16];
+    assert_int_equal(run_inspect(path, text, sizeof(text)), 0);
+    assert_non_null(strstr(text, "  assignment           0x0005 "));
+    assert_non_null(strstr(text, "assignment    100 examples in batches of 8 for 2 epochs (26 "
+                                 "batches): next 9, 2 queued, 4 leases held, 3 completed, 1 of 3 "
+                                 "workers finished\n"));
+    free(b);
+    zps_assign_free(a);
+    free_fixture(f);
+}
+
+/* The section is optional: absent, or present without a plan yet. */
+static void test_assign_optional(void **state)
+{
+    (void)state;
+    /* Absent: 4 + k sections, and a read says so. */
+    fixture_t *f = make_fixture(0, 1, 10, ZPS_OPT_SGD, false, ZPS_MODE_ASP, 3, 5);
+    const char *path = write_fixture(f);
+    size_t len;
+    uint8_t *b = slurp(path, &len);
+    assert_int_equal(le32(b + 24), 4);
+    free(b);
+    zps_ckpt_t out;
+    char why[512] = "";
+    assert_int_equal(zps_ckpt_read(path, &out, why, sizeof(why)), 0);
+    assert_false(out.have_assign);
+    assert_null(out.finished);
+    assert_int_equal(out.assign.workers, 0);
+    zps_ckpt_fini(&out);
+
+    /* No plan yet: the fixed fields and the rows, all zero but W; no bits.
+     * With SGD the section is entry 4, right after params. */
+    zps_assign_t *a = NULL;
+    assert_int_equal(zps_assign_new(3, &a), 0);
+    assert_int_equal(zps_assign_snapshot(a, &f->c.assign), 0);
+    zps_assign_free(a);
+    f->c.have_assign = true;
+    f->c.finished = f->finished;
+    f->finished[0] = true;
+    path = write_fixture(f);
+    b = slurp(path, &len);
+    layout_t l = layout_of(&f->c);
+    assert_int_equal(len, l.end);
+    assert_int_equal(l.end - l.assign, 36 + 72 * 3);
+    assert_int_equal(le32(b + 24), 5);
+    assert_int_equal(le32(b + 64 + 24 * 4), 5);
+    for (size_t i = 0; i < 36; i++)
+        assert_int_equal(b[l.assign + i], i == 32 ? 3 : 0);
+    assert_int_equal(b[l.assign + 36 + 4], 1);
+    free(b);
+    assert_int_equal(zps_ckpt_read(path, &out, why, sizeof(why)), 0);
+    assert_same(&f->c, &out);
+    assert_true(out.have_assign);
+    assert_int_equal(out.assign.plan.examples, 0);
+    assert_int_equal(out.assign.next, 0);
+    assert_int_equal(out.assign.nqueue, 0);
+    assert_int_equal(out.assign.workers, 3);
+    assert_null(out.assign.done);
+    for (uint32_t w = 0; w < 3; w++) {
+        assert_row(&out.assign, w, 0, NULL);
+        assert_int_equal(out.finished[w], w == 0);
+    }
+    zps_ckpt_fini(&out);
+    static char text[1 << 16];
+    assert_int_equal(run_inspect(path, text, sizeof(text)), 0);
+    assert_non_null(strstr(text, "assignment    no plan yet, 1 of 3 workers finished\n"));
+    free_fixture(f);
+}
+
+/* Format version 1 is version 2 without the assignment section: still read. */
+static void test_format_1_still_reads(void **state)
+{
+    (void)state;
+    fixture_t *f = make_fixture(0, 1, 10, ZPS_OPT_ADAM, false, ZPS_MODE_BSP, 3, 1);
+    const char *path = write_fixture(f);
+    size_t len;
+    uint8_t *b = slurp(path, &len);
+    set_le32(b + 8, 1);
+    reseal(b, 0);
+    spit(path, b, len);
+    free(b);
+    zps_ckpt_t out;
+    char why[512] = "";
+    assert_int_equal(zps_ckpt_read(path, &out, why, sizeof(why)), 0);
+    assert_same(&f->c, &out);
+    assert_false(out.have_assign);
+    zps_ckpt_fini(&out);
+    static char text[1 << 16];
+    assert_int_equal(run_inspect(path, text, sizeof(text)), 0);
+    assert_non_null(strstr(text, "format version 1, "));
+
+    /* A version 3 (a newer writer's), with a consistent header. */
+    b = slurp(path, &len);
+    set_le32(b + 8, 3);
+    reseal(b, 0);
+    spit(path, b, len);
+    free(b);
+    expect_refused(path, ZPS_ECORRUPT,
+                   "unsupported format version 3 (this build reads versions 1 and 2)");
+
+    /* Version 1 has no assignment section: with 7 sections, or with it as
+     * entry 4 of 5, the file is not one. */
+    zps_assign_t *a = attach_assignment(f);
+    path = write_fixture(f);
+    b = slurp(path, &len);
+    set_le32(b + 8, 1);
+    reseal(b, 0);
+    spit(path, b, len);
+    expect_refused(path, ZPS_ECORRUPT, "header: 7 sections; format version 1 has 4 to 6");
+    /* In version 2, a seventh section must be the assignment. */
+    set_le32(b + 8, 2);
+    set_le32(b + 64 + 24 * 6, 0x102);
+    reseal(b, 0);
+    spit(path, b, len);
+    expect_refused(path, ZPS_ECORRUPT, "section table: entry 6 has id 258, expected 5");
+    free(b);
+    free_fixture(f);
+
+    f = make_fixture(0, 1, 10, ZPS_OPT_SGD, false, ZPS_MODE_BSP, 3, 1);
+    assert_int_equal(zps_assign_snapshot(a, &f->c.assign), 0);
+    f->c.have_assign = true;
+    f->c.finished = f->finished;
+    path = write_fixture(f);
+    b = slurp(path, &len);
+    set_le32(b + 8, 1);
+    reseal(b, 0);
+    spit(path, b, len);
+    expect_refused(path, ZPS_ECORRUPT, "section table: entry 4 has id 5, expected 256");
+    free(b);
+    zps_assign_free(a);
+    free_fixture(f);
+}
+
+/* Writes image b (len bytes) to path with `n` bytes at section offset `at`
+ * set to the little-endian x, the assignment section (entry 6) resealed. */
+static void forge_assign(const char *path, const uint8_t *b, size_t len, size_t at, int n,
+                         uint64_t x)
+{
+    uint8_t *y = malloc(len);
+    assert_non_null(y);
+    memcpy(y, b, len);
+    for (int i = 0; i < n; i++)
+        y[at + (size_t)i] = (uint8_t)(x >> (8 * i));
+    reseal(y, 6);
+    spit(path, y, len);
+    free(y);
+}
+
+/*
+ * Assignment sections whose checksums are right but which no shard wrote:
+ * each refused with its message, the byte rules by the reader itself, the
+ * state's by zps_assign_restore.
+ */
+static void test_refuse_forged_assignment(void **state)
+{
+    (void)state;
+    fixture_t *f = make_fixture(0, 1, 10, ZPS_OPT_ADAM, false, ZPS_MODE_ASP, 3, 5);
+    zps_assign_t *a = attach_assignment(f);
+    layout_t l = layout_of(&f->c);
+    const char *path = write_fixture(f);
+    size_t len;
+    uint8_t *b = slurp(path, &len);
+    const size_t row = l.assign + 52; /* worker w's row at row + 72 w */
+    const struct {
+        size_t at;
+        int n;
+        uint64_t x;
+        const char *msg;
+    } cases[] = {
+        /* Lengths: every count changes the size. */
+        {l.assign + 24, 8, 3,
+         "section 'assignment' is 272 bytes; 3 workers, 3 queued leases and 26 batches need 280"},
+        {l.assign + 12, 4, 3,
+         "section 'assignment' is 272 bytes; 3 workers, 2 queued leases and 39 batches need 273"},
+        {l.assign + 0, 8, 0,
+         "section 'assignment' is 272 bytes; 3 workers, 2 queued leases and 0 batches need 268"},
+        /* Counts. */
+        {l.assign + 32, 4, 4,
+         "section 'assignment': data assignment for 4 workers; the checkpoint has 3"},
+        {l.assign + 24, 8, 25,
+         "section 'assignment': data assignment: 25 leases queued, at most 24"},
+        {l.assign + 8, 4, 0,
+         "section 'assignment': data assignment: a plan of 100 examples in batches of 0 for 2 "
+         "epochs (batch and epochs must be >= 1)"},
+        /* Bytes no state sets. */
+        {row + 72 + 4, 1, 2, "section 'assignment': finished[1] is 2, not 0 or 1"},
+        {row + 6, 1, 1, "section 'assignment': worker 0's reserved bytes 5 to 7 are not zero"},
+        {row + 144 + 8 + 40, 8, 11,
+         "section 'assignment': worker 2's lease slot 5 is past its 2 leases and not zero"},
+        {row, 4, 9, "section 'assignment': data assignment: worker 0 holds 9 leases, at most 8"},
+        /* States no run reaches: zps_assign_restore's reasons. */
+        {row + 144 + 16, 8, 9,
+         "section 'assignment': data assignment: lease of batch 9, which was never handed out "
+         "(next 9)"},
+        {row + 8, 8, 1,
+         "section 'assignment': data assignment: lease of batch 1, which is complete"},
+        {row + 72 + 8, 8, 3, "section 'assignment': data assignment: batch 3 is leased twice"},
+        {l.assign + 16, 8, 27,
+         "section 'assignment': data assignment: next batch 27 is past the run's 26"},
+        {row + 216 + 2, 1, 1,
+         "section 'assignment': data assignment: batch 16 is complete but was never handed out"},
+        {row + 216 + 3, 1, 4,
+         "section 'assignment': data assignment: completion bits past the run's end"},
+    };
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        forge_assign(path, b, len, cases[k].at, cases[k].n, cases[k].x);
+        expect_refused(path, ZPS_ECORRUPT, cases[k].msg);
+    }
+
+    /* A scan names the section and keeps the others. */
+    forge_assign(path, b, len, row + 72 + 4, 1, 2);
+    zps_ckpt_scan_t scan;
+    char why[512], msg[256];
+    assert_int_equal(zps_ckpt_verify(path, &scan, why, sizeof(why)), ZPS_ECORRUPT);
+    for (int s = 0; s < 6; s++)
+        assert_int_equal(scan.sections[s].status, 0);
+    assert_int_equal(scan.sections[6].status, ZPS_ECORRUPT);
+    assert_string_equal(scan.sections[6].why, "section 'assignment': finished[1] is 2, not 0 or 1");
+    assert_false(scan.meta.have_assign);
+    zps_ckpt_scan_fini(&scan);
+
+    /* A flipped byte, a cut: as in any section. */
+    spit(path, b, len);
+    flip_byte(path, l.assign + 17);
+    expect_refused(path, ZPS_ECORRUPT, "section 'assignment' checksum mismatch");
+    spit(path, b, len);
+    cut_to(path, l.assign + 100);
+    snprintf(msg, sizeof(msg), "truncated: section 'assignment' ends at byte %zu, file has %zu",
+             l.end, l.assign + 100);
+    expect_refused(path, ZPS_ECORRUPT, msg);
+    free(b);
+    zps_assign_free(a);
+    free_fixture(f);
+}
+
+/* The writer refuses what the reader would, and writes nothing. */
+static void test_write_refuses_invalid_assignment(void **state)
+{
+    (void)state;
+    char why[512];
+    fixture_t *f = make_fixture(0, 1, 10, ZPS_OPT_ADAM, false, ZPS_MODE_ASP, 3, 5);
+    zps_assign_t *a = attach_assignment(f);
+    zps_ckpt_t c = f->c;
+    c.assign.workers = 2;
+    assert_int_equal(zps_ckpt_write(dir, &c, NULL, 0, why, sizeof(why)), ZPS_EINVAL);
+    assert_string_equal(why, "not a valid checkpoint: data assignment for 2 workers; the "
+                             "checkpoint has 3");
+    c = f->c;
+    c.finished = NULL;
+    assert_int_equal(zps_ckpt_write(dir, &c, NULL, 0, why, sizeof(why)), ZPS_EINVAL);
+    assert_string_equal(why, "not a valid checkpoint: data assignment: finished must hold 3 "
+                             "entries");
+    c = f->c;
+    c.assign.nqueue = 25;
+    assert_int_equal(zps_ckpt_write(dir, &c, NULL, 0, why, sizeof(why)), ZPS_EINVAL);
+    assert_string_equal(why, "not a valid checkpoint: data assignment: 25 leases queued, at most "
+                             "24");
+    c = f->c;
+    c.assign.plan.examples = 0;
+    assert_int_equal(zps_ckpt_write(dir, &c, NULL, 0, why, sizeof(why)), ZPS_EINVAL);
+    assert_string_equal(why, "not a valid checkpoint: data assignment without a plan (0 "
+                             "examples) has batch 8, epochs 2, next 9, 2 leases queued (all "
+                             "must be 0)");
+    c = f->c;
+    uint32_t nheld[3] = {9, 1, 2};
+    c.assign.nheld = nheld;
+    assert_int_equal(zps_ckpt_write(dir, &c, NULL, 0, why, sizeof(why)), ZPS_EINVAL);
+    assert_string_equal(why, "not a valid checkpoint: data assignment: worker 0 holds 9 leases, "
+                             "at most 8");
+    c = f->c;
+    uint64_t held[3 * ZPS_ASSIGN_MAX_HELD];
+    memcpy(held, f->c.assign.held, sizeof(held));
+    held[2 * ZPS_ASSIGN_MAX_HELD + 1] = 9;
+    c.assign.held = held;
+    assert_int_equal(zps_ckpt_write(dir, &c, NULL, 0, why, sizeof(why)), ZPS_EINVAL);
+    assert_string_equal(why, "not a valid checkpoint: data assignment: lease of batch 9, which "
+                             "was never handed out (next 9)");
+    assert_string_equal(listing(), "");
+    zps_assign_free(a);
+    free_fixture(f);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, make_dir, remove_dir)
 
 int main(void)
@@ -1531,6 +1989,11 @@ int main(void)
         T(test_refuse_non_finite),
         T(test_refuse_fifo),
         T(test_dir_prepare),
+        T(test_assign_round_trip),
+        T(test_assign_optional),
+        T(test_format_1_still_reads),
+        T(test_refuse_forged_assignment),
+        T(test_write_refuses_invalid_assignment),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
