@@ -106,6 +106,14 @@ static void header_from_pb(zps_header_t *h, const Zps__Header *pb)
     h->config_fingerprint = pb->config_fingerprint;
     h->waited_us = pb->waited_us;
     h->shm_buffer = pb->shm_buffer;
+    h->plan_examples = pb->plan_examples;
+    h->plan_batch = pb->plan_batch;
+    h->plan_epochs = pb->plan_epochs;
+    h->lease_want = pb->lease_want;
+    h->lease_done = pb->lease_done;
+    h->nleases = (uint32_t)pb->n_leases;
+    for (size_t i = 0; i < pb->n_leases; i++)
+        h->leases[i] = pb->leases[i];
     snprintf(h->error, sizeof(h->error), "%s", pb->error ? pb->error : "");
 }
 
@@ -133,6 +141,13 @@ static void header_to_pb(Zps__Header *pb, const zps_header_t *h)
     pb->config_fingerprint = h->config_fingerprint;
     pb->waited_us = h->waited_us;
     pb->shm_buffer = h->shm_buffer;
+    pb->plan_examples = h->plan_examples;
+    pb->plan_batch = h->plan_batch;
+    pb->plan_epochs = h->plan_epochs;
+    pb->lease_want = h->lease_want;
+    pb->lease_done = h->lease_done;
+    pb->n_leases = h->nleases <= ZPS_WIRE_MAX_LEASES ? h->nleases : ZPS_WIRE_MAX_LEASES;
+    pb->leases = (uint64_t *)h->leases;
     /* protobuf-c packs the pointers without writing through them. */
     pb->error = (char *)h->error;
     pb->json = (char *)(h->json ? h->json : "");
@@ -299,6 +314,13 @@ static int decode_header(zps_message_t *msg, const void *data, size_t len)
     Zps__Header *pb = zps__header__unpack(NULL, len, data);
     if (!pb)
         return ZPS_EPROTO;
+    /* A header with more leases than any worker may hold is no header of ours. */
+    if (pb->n_leases > ZPS_WIRE_MAX_LEASES) {
+        msg->hdr.request_id = pb->request_id;
+        msg->hdr.type = (uint32_t)pb->type;
+        zps__header__free_unpacked(pb, NULL);
+        return ZPS_EPROTO;
+    }
     header_from_pb(&msg->hdr, pb);
     if (pb->json && pb->json[0]) {
         msg->json = strdup(pb->json);

@@ -26,7 +26,7 @@
 #include <stdint.h>
 #include <zmq.h>
 
-#define ZPS_PROTOCOL_VERSION 2u
+#define ZPS_PROTOCOL_VERSION 3u
 
 enum zps_msg_type {
     ZPS_MSG_NONE = 0,
@@ -64,7 +64,21 @@ enum {
                                   * request: such a reply is wanted */
     ZPS_FLAG_NOT_INIT_NOW = 1u << 10, /* PULL request: before INIT, refuse it at once with
                                        * ZPS_ENOTINIT rather than hold it until INIT */
+    ZPS_FLAG_LEASE = 1u << 11,    /* request of a worker to shard 0 (shared data assignment,
+                                   * consistency/assign.h): the plan, lease_want and `leases`
+                                   * (those it still has) are set; its reply's `leases` are the
+                                   * worker's leases as shard 0 has them */
+    ZPS_FLAG_EXHAUSTED = 1u << 12, /* reply with LEASE: no batch is left to hand out */
+    ZPS_FLAG_FINISHED = 1u << 13,  /* HEARTBEAT request of a worker: it has no batch left and
+                                    * stops; SSP's bound and observers no longer wait for it */
+    ZPS_FLAG_BY_PUSHES = 1u << 14, /* PULL request of an observer, with WAIT: the model once
+                                    * clock * W pushes are in (shared data assignment, where
+                                    * workers run different numbers of clocks), or once every
+                                    * worker has finished */
 };
+
+/* Leases a header carries at most (ZPS_ASSIGN_MAX_HELD). */
+#define ZPS_WIRE_MAX_LEASES 8
 
 /*
  * A payload larger than this travels as several frames: each of exactly
@@ -104,6 +118,14 @@ typedef struct zps_header {
     uint64_t config_fingerprint; /* replies: the server's; INIT/PUSH: the agreed one (0: none) */
     uint64_t waited_us;          /* replies to a pull or an exchange: held for its rule, us */
     uint32_t shm_buffer;         /* PULL replies with ZPS_FLAG_SHM: the buffer of the payload */
+    /* Shared data assignment (ZPS_FLAG_LEASE; proto/zps.proto). */
+    uint64_t plan_examples;
+    uint32_t plan_batch;
+    uint32_t plan_epochs;
+    uint32_t lease_want;
+    uint64_t lease_done; /* PUSH: g + 1 of the batch it completes (0: none) */
+    uint32_t nleases;
+    uint64_t leases[ZPS_WIRE_MAX_LEASES];
     char error[ZPS_ERROR_TEXT_MAX];
     const char *json; /* send: borrowed, may be NULL; recv: owned by the zps_message_t */
 } zps_header_t;

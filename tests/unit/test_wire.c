@@ -232,8 +232,52 @@ static void test_each_fault(void **state)
     send_raw(p, &h, NULL, 0, v, sizeof(v), 1); /* a pull request with a payload */
     expect(p, ZPS_EFRAMES);
 
+    /* More leases than any worker may hold (consistency/assign.h). */
+    uint64_t many[ZPS_WIRE_MAX_LEASES + 1] = {0};
+    h.n_leases = ZPS_WIRE_MAX_LEASES + 1;
+    h.leases = many;
+    h.request_id = 11;
+    send_raw(p, &h, NULL, 0, NULL, 0, 0);
+    assert_int_equal(zps_wire_recv(p->router, 0, true, &m), ZPS_EPROTO);
+    assert_int_equal(m.hdr.request_id, 11);
+    zps_message_close(&m);
+    h.n_leases = 0;
+    h.leases = NULL;
+
     /* After all that the pair still talks. */
     test_nothing_ready(state);
+}
+
+/* The shared assignment's fields travel as they were set, the leases in order. */
+static void test_lease_fields(void **state)
+{
+    pair_t *p = *state;
+    zps_header_t h;
+    zps_header_init(&h, ZPS_MSG_PULL);
+    h.flags = ZPS_FLAG_LEASE;
+    h.plan_examples = 60000;
+    h.plan_batch = 32;
+    h.plan_epochs = 6;
+    h.lease_want = 3;
+    h.lease_done = 11251;
+    h.nleases = 3;
+    h.leases[0] = 7;
+    h.leases[1] = 5;
+    h.leases[2] = UINT64_C(1) << 40;
+    assert_int_equal(zps_wire_send(p->dealer, NULL, &h, NULL, 0, NULL, NULL, 0), 0);
+    zps_message_t m;
+    assert_int_equal(zps_wire_recv(p->router, 0, true, &m), 0);
+    assert_int_equal(m.hdr.flags, ZPS_FLAG_LEASE);
+    assert_int_equal(m.hdr.plan_examples, 60000);
+    assert_int_equal(m.hdr.plan_batch, 32);
+    assert_int_equal(m.hdr.plan_epochs, 6);
+    assert_int_equal(m.hdr.lease_want, 3);
+    assert_int_equal(m.hdr.lease_done, 11251);
+    assert_int_equal(m.hdr.nleases, 3);
+    assert_int_equal(m.hdr.leases[0], 7);
+    assert_int_equal(m.hdr.leases[1], 5);
+    assert_int_equal(m.hdr.leases[2], UINT64_C(1) << 40);
+    zps_message_close(&m);
 }
 
 /*
@@ -652,7 +696,7 @@ int main(void)
         cmocka_unit_test(test_each_fault),  cmocka_unit_test(test_deferred_checksum),
         cmocka_unit_test(test_helpers),     cmocka_unit_test(test_fingerprint_field),
         cmocka_unit_test(test_send_summed), cmocka_unit_test(test_bf16_payload),
-        cmocka_unit_test(test_frames),
+        cmocka_unit_test(test_frames),      cmocka_unit_test(test_lease_fields),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
