@@ -179,6 +179,10 @@ struct zps_client {
     pthread_cond_t released;
     long inflight; /* zero-copy payloads ZeroMQ has not released yet */
 
+    /* The lease request of the next pull, push or exchange (zps_client_set_lease). */
+    zps_lease_req_t lease;
+    bool lease_set;
+
     char err[512];
     int remote_status;
 };
@@ -1642,6 +1646,56 @@ static int narrow_slices(zps_client_t *c, uint64_t n, const char *what)
     return 0;
 }
 
+/*
+ * Puts the lease request set for this call on shard 0's request: `ask`
+ * (a pull, an exchange) asks for leases, `complete` (a push, an exchange)
+ * names the batch. Used once: a second attempt of the call within it
+ * (copy_shm's pull over the socket) asks for nothing.
+ */
+static void attach_lease(zps_client_t *c, bool ask, bool complete)
+{
+    if (!c->lease_set || c->nconns == 0)
+        return;
+    c->lease_set = false;
+    zps_header_t *h = &c->conns[0].req;
+    const zps_lease_req_t *l = &c->lease;
+    if (complete)
+        h->lease_done = l->done;
+    if (!ask)
+        return;
+    h->flags |= ZPS_FLAG_LEASE;
+    h->plan_examples = l->examples;
+    h->plan_batch = l->batch;
+    h->plan_epochs = l->epochs;
+    h->lease_want = l->want;
+    h->nleases = l->nhave;
+    memcpy(h->leases, l->have, l->nhave * sizeof(uint64_t));
+}
+
+int zps_client_set_lease(zps_client_t *c, const zps_lease_req_t *req)
+{
+    if (!req) {
+        c->lease_set = false;
+        return 0;
+    }
+    if (req->nhave > ZPS_CLIENT_MAX_LEASES || req->want > ZPS_CLIENT_MAX_LEASES)
+        return ZPS_EINVAL;
+    c->lease = *req;
+    c->lease_set = true;
+    return 0;
+}
+
+int zps_client_finish(zps_client_t *c)
+{
+    begin(c, ZPS_MSG_HEARTBEAT);
+    for (size_t i = 0; i < c->nconns; i++)
+        c->conns[i].req.flags |= ZPS_FLAG_FINISHED;
+    int rc = exchange(c, false);
+    for (size_t i = 0; i < c->nconns; i++)
+        zps_message_close(&c->conns[i].reply);
+    return rc;
+}
+
 /* The replies that said OK, folded into info (NULL: nothing to do). */
 static void collect_info(zps_client_t *c, zps_reply_info_t *info)
 {
@@ -1672,6 +1726,12 @@ static void collect_info(zps_client_t *c, zps_reply_info_t *info)
         info->rejoined |= (h->flags & ZPS_FLAG_REJOINED) != 0;
         if (h->waited_us > info->waited_us)
             info->waited_us = h->waited_us;
+        if (i == 0 && (h->flags & ZPS_FLAG_LEASE)) {
+            info->leased = true;
+            info->exhausted = (h->flags & ZPS_FLAG_EXHAUSTED) != 0;
+            info->nleases = h->nleases <= ZPS_CLIENT_MAX_LEASES ? h->nleases : 0;
+            memcpy(info->leases, h->leases, info->nleases * sizeof(uint64_t));
+        }
     }
 }
 
@@ -1952,7 +2012,8 @@ static void set_pull_clock(zps_client_t *c, uint64_t clock)
     for (size_t i = 0; i < c->nconns; i++) {
         c->conns[i].req.clock = clock;
         if (c->opts.worker == -1 && c->opts.observe)
-            c->conns[i].req.flags |= ZPS_FLAG_WAIT;
+            c->conns[i].req.flags |= ZPS_FLAG_WAIT |
+                                     (c->opts.observe_pushes ? ZPS_FLAG_BY_PUSHES : 0);
     }
 }
 
@@ -1992,6 +2053,7 @@ static int pull_once(zps_client_t *c, uint64_t clock, float *out, uint64_t n,
     set_pull_clock(c, clock);
     for (size_t i = 0; i < c->nconns; i++)
         c->conns[i].req.flags |= ZPS_FLAG_RANGE;
+    attach_lease(c, true, false);
     int rc = exchange(c, false);
     return rc ? rc : take_pulled(c, out, n, info, "the pull is refused");
 }
@@ -2104,6 +2166,7 @@ static int prepare_push(zps_client_t *c, uint64_t clock, const float *grad, uint
         k->req.model_version = k->version;
         k->req.flags |= flags;
     }
+    attach_lease(c, (flags & ZPS_FLAG_EXCHANGE) != 0, true);
     return 0;
 }
 

@@ -59,6 +59,9 @@ typedef struct zps_client_opts {
     bool observe;     /* worker -1: a pull for clock t is answered with the model of clock t
                        * once it exists (BSP: version t; SSP/ASP: every worker has pushed every
                        * clock before t), not at once with the current one */
+    bool observe_pushes; /* with observe: the model of clock t is the one once t * W pushes
+                          * are in, or once every worker has finished (a shared data
+                          * assignment, whose workers run different numbers of clocks) */
     int timeout_ms;   /* each call gives up after this long; -1: wait forever */
     int retry_ms;     /* resend an unanswered request after this long; 0: never */
     int heartbeat_ms; /* worker >= 0: say "alive" this often from a background thread; 0: never */
@@ -187,6 +190,40 @@ size_t zps_client_server_count(const zps_client_t *c);
  */
 int zps_client_init(zps_client_t *c, const float *values, uint64_t n);
 
+/* Leases a worker holds at most (consistency/assign.h's ZPS_ASSIGN_MAX_HELD). */
+#define ZPS_CLIENT_MAX_LEASES 8
+
+/*
+ * Shared data assignment (docs/worker.md): what a worker's next call asks
+ * of shard 0. The batches are numbered g = e * B + j over the run's plan
+ * (N examples, b per batch, E epochs; B = ceil(N / b)).
+ */
+typedef struct zps_lease_req {
+    uint64_t examples; /* the plan: N */
+    uint32_t batch;    /*   b */
+    uint32_t epochs;   /*   E */
+    uint32_t want;     /* leases to hold after the answer (<= ZPS_CLIENT_MAX_LEASES) */
+    uint32_t nhave;    /* the leases this worker still has, not yet pushed */
+    uint64_t have[ZPS_CLIENT_MAX_LEASES];
+    uint64_t done;     /* push, exchange: g + 1 of the batch the gradient is of; 0: none */
+} zps_lease_req_t;
+
+/*
+ * The next zps_client_pull, zps_client_push or zps_client_exchange carries
+ * `req` to shard 0 (copied; NULL clears it): a pull or an exchange asks for
+ * leases (the answer in zps_reply_info_t), a push or an exchange names the
+ * batch it completes. Used by that one call. Returns 0, or ZPS_EINVAL for
+ * more than ZPS_CLIENT_MAX_LEASES leases.
+ */
+int zps_client_set_lease(zps_client_t *c, const zps_lease_req_t *req);
+
+/*
+ * A worker with no batch left tells every shard that it finishes: SSP's
+ * bound and an observer's final model no longer wait for it. Returns 0 or
+ * a ZPS_E* code. Blocks.
+ */
+int zps_client_finish(zps_client_t *c);
+
 /*
  * What the servers' replies said about the model's state. The numbers are
  * combined over the shards as each field says; a boolean is true when at
@@ -207,6 +244,13 @@ typedef struct zps_reply_info {
     bool rejoined;      /* a shard had evicted this worker and has admitted it again */
     uint64_t waited_us; /* pull, exchange: the longest a shard held it for its rule (the BSP
                          * barrier, the SSP bound), in microseconds */
+    /* A lease request's answer (zps_client_set_lease), from shard 0: this
+     * worker's leases as the shard has them, oldest first, and whether any
+     * batch is left to hand out. `leased` false: the call carried none. */
+    bool leased;
+    bool exhausted;
+    uint32_t nleases;
+    uint64_t leases[ZPS_CLIENT_MAX_LEASES];
 } zps_reply_info_t;
 
 /*

@@ -43,6 +43,8 @@ static void job_free(zps_ckpt_job_t *j)
     free(j->snap.pushed);
     free(j->snap.live);
     free(j->snap.dropped);
+    zps_assign_state_fini(&j->snap.assign);
+    free(j->snap.finished);
     free(j);
 }
 
@@ -81,6 +83,15 @@ static zps_ckpt_job_t *snapshot(zps_daemon_t *d)
     bool ok = c->pushed && c->live && c->dropped && c->params;
     if (ok)
         c->version = zps_consistency_snapshot(d->consistency, c->pushed, c->live, c->dropped);
+    /* Shard 0's shared data assignment, at the same moment as the
+     * parameters: the batches these hold are those it counts complete. */
+    if (ok && d->assign && zps_assign_has_plan(d->assign)) {
+        c->have_assign = true;
+        c->finished = calloc(cc->workers, sizeof(bool));
+        ok = c->finished && zps_assign_snapshot(d->assign, &c->assign) == 0;
+        for (uint32_t w = 0; ok && w < cc->workers; w++)
+            c->finished[w] = zps_consistency_finished(d->consistency, w);
+    }
     c->nstate = (uint32_t)zps_optimizer_state_count(d->store.opt);
     for (uint32_t i = 0; ok && i < c->nstate; i++) {
         const char *name;

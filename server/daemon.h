@@ -20,6 +20,7 @@
 #include <uv.h>
 #include <zmq.h>
 
+#include "assign.h"
 #include "auth.h"
 #include "ckpt_queue.h"
 #include "conns.h"
@@ -127,6 +128,9 @@ typedef struct zps_daemon {
     /* The shard: its parameters, and the rules that say when they change. */
     zps_store_t store;
     zps_consistency_t *consistency;
+    /* Shared data assignment (assign.h, docs/worker.md): on shard 0 only,
+     * else NULL. Its plan comes with the workers' first lease request. */
+    zps_assign_t *assign;
     zps_slot_t *slots; /* [W] */
     zps_step_t step;
     /* Delay compensation (--delay-compensation, handlers.c): the parameters

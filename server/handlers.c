@@ -112,6 +112,110 @@ static bool check_finite(zps_daemon_t *d, zps_request_t *r)
     return false;
 }
 
+/* ---- shared data assignment (shard 0; assign.h, docs/worker.md) ---- */
+
+/*
+ * The assignment fields of a worker's request, checked on arrival, before
+ * anything changes: a lease request (ZPS_FLAG_LEASE) states the run's plan,
+ * which must be every worker's, and wants at most ZPS_ASSIGN_MAX_HELD; a
+ * push names the batch it completes with that batch's size. Only shard 0
+ * holds an assignment, and BSP keeps the fixed one. A shard whose plan is
+ * set refuses a push that names no batch: a worker with the fixed
+ * assignment among workers that share theirs would train some examples
+ * twice and others never.
+ */
+static bool check_lease(zps_daemon_t *d, zps_request_t *r, bool push)
+{
+    const zps_header_t *req = r->hdr;
+    bool asks = (req->flags & ZPS_FLAG_LEASE) != 0;
+    bool names = push && req->lease_done != 0;
+    if (!asks && !names) {
+        if (push && d->assign && zps_assign_has_plan(d->assign) &&
+            d->cfg->consistency.mode != ZPS_MODE_BSP) {
+            zps_reply_error(d, r, ZPS_ECONFIG,
+                            "this run's workers share their batches (--data-assignment shared): "
+                            "a push must name the batch it completes; start every worker with "
+                            "the same --data-assignment");
+            return false;
+        }
+        return true;
+    }
+    if (!d->assign) {
+        zps_reply_error(d, r, ZPS_EMODE,
+                        "shard %u/%u holds no data assignment: batches are leased from shard 0",
+                        d->cfg->shard_index, d->cfg->shard_count);
+        return false;
+    }
+    if (d->cfg->consistency.mode == ZPS_MODE_BSP) {
+        zps_reply_error(d, r, ZPS_EMODE,
+                        "--mode bsp keeps the fixed data assignment (clock t's batch of rank r, "
+                        "so that BSP equals --local): no batch is leased");
+        return false;
+    }
+    if (req->worker < 0) {
+        zps_reply_error(d, r, ZPS_EWORKER, "only a worker is handed batches");
+        return false;
+    }
+    char why[ZPS_ERROR_TEXT_MAX];
+    if (asks) {
+        if (req->lease_want > ZPS_ASSIGN_MAX_HELD) {
+            zps_reply_error(d, r, ZPS_EINVAL, "a worker holds at most %d leases, not %u",
+                            ZPS_ASSIGN_MAX_HELD, req->lease_want);
+            return false;
+        }
+        zps_assign_plan_t plan = {req->plan_examples, req->plan_batch, req->plan_epochs};
+        int rc = zps_assign_set_plan(d->assign, &plan, why, sizeof(why));
+        if (rc) {
+            zps_reply_error(d, r, rc, "%s", why);
+            return false;
+        }
+    }
+    if (names) {
+        uint64_t g = req->lease_done - 1;
+        uint32_t size = zps_assign_batch_size(d->assign, g);
+        if (size == 0 || size != req->batch) {
+            zps_reply_error(d, r, ZPS_EBATCH,
+                            size == 0 ? "batch %llu is no batch of this run's plan"
+                                      : "batch %llu has %u examples, the push says %u",
+                            (unsigned long long)g, size, req->batch);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* A reply to a lease request carries the worker's leases as shard 0 now has them. */
+static void add_leases(zps_daemon_t *d, const zps_header_t *req, zps_header_t *h)
+{
+    if (!d->assign || req->worker < 0 || !(req->flags & ZPS_FLAG_LEASE))
+        return;
+    bool exhausted = false;
+    h->nleases = (uint32_t)zps_assign_lease(d->assign, (uint32_t)req->worker, req->leases,
+                                            req->nleases, req->lease_want, h->leases, &exhausted);
+    h->flags |= ZPS_FLAG_LEASE | (exhausted ? ZPS_FLAG_EXHAUSTED : 0);
+}
+
+/*
+ * The push of worker w that names batch lease_done - 1 was applied: the
+ * batch is complete. One that is no longer w's lease (handed out again
+ * after w was evicted) was applied as on every other shard, which know
+ * nothing of leases, but is not counted: its examples are counted once, by
+ * the batch's new holder.
+ */
+static void complete_lease(zps_daemon_t *d, const zps_header_t *req)
+{
+    if (!d->assign || req->lease_done == 0 || req->worker < 0)
+        return;
+    bool first = false;
+    char why[ZPS_ERROR_TEXT_MAX];
+    if (zps_assign_complete(d->assign, (uint32_t)req->worker, req->lease_done - 1, req->batch,
+                            &first, why, sizeof(why)) != 0) {
+        d->count.lease_lost++;
+        zps_warn("push of worker %d at clock %llu applied, its batch not counted: %s",
+                 req->worker, (unsigned long long)req->clock, why);
+    }
+}
+
 /* ---- pulls ---- */
 
 /* carry: the push's flags and staleness when the pull is an exchange's; waited: ns held. */
@@ -121,6 +225,7 @@ static void answer_pull(zps_daemon_t *d, const zps_request_t *r, uint32_t carry_
     zps_header_t h;
     zps_reply_header(d, r, &h);
     h.offset = d->store.range.lo;
+    add_leases(d, r->hdr, &h);
     h.flags |= carry_flags;
     h.update_staleness = carry_staleness;
     h.waited_us = waited_ns / 1000;
@@ -184,7 +289,7 @@ void zps_handle_pull(zps_daemon_t *d, zps_request_t *r)
 {
     const zps_header_t *req = r->hdr;
     d->count.pulls++;
-    if (!check_worker(d, r, true) || !check_shard(d, r))
+    if (!check_worker(d, r, true) || !check_shard(d, r) || !check_lease(d, r, false))
         return;
     /* A client that knows N states the range it expects; one that does not
      * learns it from the reply. */
@@ -225,7 +330,11 @@ static void start_pull(zps_daemon_t *d, zps_request_t *r, uint32_t carry_flags,
     uint64_t existing = 0;
     /* An observer may ask for the model of its clock rather than the
      * current one (an evaluator that must not hold training back). */
-    int rc = req->worker == -1 && (req->flags & ZPS_FLAG_WAIT)
+    bool observe = req->worker == -1 && (req->flags & ZPS_FLAG_WAIT);
+    int rc = observe && (req->flags & ZPS_FLAG_BY_PUSHES)
+                 ? zps_consistency_observe_pushes(d->consistency, req->clock, req->request_id,
+                                                  (uintptr_t)p, &res, &existing, why, sizeof(why))
+             : observe
                  ? zps_consistency_observe(d->consistency, req->clock, req->request_id,
                                            (uintptr_t)p, &res, &existing, why, sizeof(why))
                  : zps_consistency_pull(d->consistency, req->worker, req->clock, req->request_id,
@@ -579,6 +688,7 @@ static bool applied(zps_daemon_t *d, zps_request_t *r, int rc, size_t where,
     }
     zps_vhist_add(&d->update_staleness, update_staleness);
     d->count.applied++;
+    complete_lease(d, req);
     zps_ckpt_queue_maybe(d);
     zps_reply_header(d, r, h);
     h->update_staleness = update_staleness;
@@ -617,12 +727,19 @@ void zps_handle_push(zps_daemon_t *d, zps_request_t *r)
     d->count.pushes++;
     if (!check_config(d, r) || !check_worker(d, r, false) || !check_shard(d, r))
         return;
+    bool exchange = (req->flags & ZPS_FLAG_EXCHANGE) != 0;
+    /* The lease request of an exchange is its pull's. */
+    if (!check_lease(d, r, true))
+        return;
+    if ((req->flags & ZPS_FLAG_LEASE) && !exchange) {
+        zps_reply_error(d, r, ZPS_EINVAL, "batches are leased with a pull or an exchange");
+        return;
+    }
     int rc = zps_consistency_check_push(d->consistency, req->clock, why, sizeof(why));
     if (rc) {
         zps_reply_error(d, r, rc, "%s", why);
         return;
     }
-    bool exchange = (req->flags & ZPS_FLAG_EXCHANGE) != 0;
     if (exchange && req->clock == UINT64_MAX) {
         zps_reply_error(d, r, ZPS_ECLOCK, "an exchange at clock %llu has no next clock to pull",
                         (unsigned long long)req->clock);
@@ -766,7 +883,7 @@ static void push_done(zps_daemon_t *d, zps_request_t *r, zps_header_t *h, bool e
     pull.type = ZPS_MSG_PULL;
     pull.clock = req->clock + 1;
     /* The parameters as the gradient came: bfloat16, shared memory. */
-    pull.flags = req->flags & (ZPS_FLAG_BF16 | ZPS_FLAG_SHM);
+    pull.flags = req->flags & (ZPS_FLAG_BF16 | ZPS_FLAG_SHM | ZPS_FLAG_LEASE);
     pull.json = NULL;
     /* Every reply to it, an error of its pull too, says the push was taken. */
     uint32_t carry =
@@ -800,9 +917,23 @@ void zps_handle_heartbeat(zps_daemon_t *d, zps_request_t *r)
     d->count.heartbeats++;
     if (!check_worker(d, r, true))
         return;
+    if ((r->hdr->flags & ZPS_FLAG_FINISHED) && r->hdr->worker >= 0) {
+        /* It has no batch left: SSP's bound and the final model no longer
+         * wait for it. A lease it still held (it should hold none) goes to
+         * whoever asks next. */
+        uint32_t w = (uint32_t)r->hdr->worker;
+        d->count.finished++;
+        zps_consistency_finish(d->consistency, w);
+        if (d->assign && zps_assign_held(d->assign, w) > 0)
+            zps_assign_release(d->assign, w);
+        zps_info("worker %u finished at clock %llu", w,
+                 (unsigned long long)zps_consistency_pushed(d->consistency, w));
+    }
     zps_header_t h;
     zps_reply_header(d, r, &h);
     zps_reply_send(d, r, &h);
+    if (r->hdr->flags & ZPS_FLAG_FINISHED)
+        zps_handlers_answer_ready(d);
 }
 
 void zps_handle_reload_keys(zps_daemon_t *d, zps_request_t *r)

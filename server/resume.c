@@ -100,7 +100,33 @@ int zps_resume(zps_daemon_t *d)
             memcpy(st, ck.state[i], d->store.len * sizeof(float));
     }
     zps_optimizer_set_steps(d->store.opt, ck.opt_steps);
+    if (ck.have_assign) {
+        /* The epochs' position: batches completed, leased, and still to
+         * hand out, as they were when these parameters were saved. */
+        if (!d->assign) {
+            zps_error("cannot resume from %s: it holds a data assignment, which only shard 0 "
+                      "keeps",
+                      path);
+            zps_ckpt_fini(&ck);
+            return ZPS_EINVAL;
+        }
+        char awhy[256];
+        rc = zps_assign_restore(d->assign, &ck.assign, awhy, sizeof(awhy));
+        if (rc) {
+            zps_error("cannot resume from %s: %s", path, awhy);
+            zps_ckpt_fini(&ck);
+            return rc;
+        }
+    }
     zps_consistency_restore(d->consistency, ck.version, ck.pushed, ck.live, ck.dropped);
+    for (uint32_t w = 0; ck.have_assign && w < ck.workers; w++)
+        if (ck.finished[w])
+            zps_consistency_finish(d->consistency, w);
+    if (ck.have_assign)
+        zps_info("resumed the data assignment: %llu of %llu batches completed, %llu handed out",
+                 (unsigned long long)zps_assign_completed(d->assign),
+                 (unsigned long long)zps_assign_batches(d->assign),
+                 (unsigned long long)zps_assign_next(d->assign));
     d->ckpts.taken = true;
     d->ckpts.version = ck.version;
     d->ckpts.saved = true;

@@ -154,6 +154,9 @@ static void on_liveness(uv_timer_t *t)
         uint64_t silent = listen > d->last_seen_ns[w] ? listen - d->last_seen_ns[w] : 0;
         if (zps_consistency_live(d->consistency, w) && silent > limit) {
             zps_consistency_evict(d->consistency, w);
+            /* Its batches go to whoever asks next: none is lost. */
+            if (d->assign)
+                zps_assign_release(d->assign, w);
             d->evictions[w]++;
             changed = true;
             zps_warn("worker %u evicted: silent for %.1f s (--worker-timeout %.1f s); the others "
@@ -982,6 +985,7 @@ static void release(zps_daemon_t *d)
     zps_reply_cache_drop(&d->observer_cache16);
     zps_shm_destroy(&d->shm);
     zps_consistency_free(d->consistency);
+    zps_assign_free(d->assign);
     zps_store_fini(&d->store);
     if (d->sock && d->conns.monitor)
         zmq_socket_monitor(d->sock, NULL, 0);
@@ -1055,6 +1059,13 @@ int zps_server_run(const zps_server_config_t *cfg, bool *unsaved)
         return rc;
     }
     uint32_t w = cfg->consistency.workers;
+    /* Shard 0 hands out the batches of a shared data assignment: it
+     * acknowledges every push, so a batch is completed in the same step
+     * that applies its gradient (docs/worker.md). */
+    if (cfg->shard_index == 0 && (rc = zps_assign_new(w, &d.assign)) != 0) {
+        release(&d);
+        return rc;
+    }
     d.slots = calloc(w, sizeof(zps_slot_t));
     d.ranks = calloc(w, sizeof(uint32_t));
     d.grads = calloc(w, sizeof(float *));

@@ -25,6 +25,41 @@ void zps_counters_error(zps_counters_t *c, int code)
         c->errors_by_code[idx]++;
 }
 
+/*
+ * Shard 0's shared data assignment, once a worker has stated the plan:
+ * "assignment":{...}, then a comma. The audit is examples_per_epoch and
+ * batches_per_epoch_done: an epoch whose batches were all completed counts
+ * each of its N examples once.
+ */
+static void assignment_json(const zps_daemon_t *d, zps_strbuf_t *b)
+{
+    const zps_assign_t *a = d->assign;
+    if (!a || !zps_assign_has_plan(a))
+        return;
+    uint64_t B = zps_assign_batches_per_epoch(a);
+    uint64_t E = zps_assign_batches(a) / B;
+    zps_strbuf_printf(b,
+                      "\"assignment\":{\"batches_per_epoch\":%llu,\"epochs\":%llu,"
+                      "\"next\":%llu,\"queued\":%zu,\"completed\":%llu,\"lease_lost\":%llu,"
+                      "\"finish_notices\":%llu,\"held\":[",
+                      (unsigned long long)B, (unsigned long long)E,
+                      (unsigned long long)zps_assign_next(a), zps_assign_queued(a),
+                      (unsigned long long)zps_assign_completed(a),
+                      (unsigned long long)d->count.lease_lost,
+                      (unsigned long long)d->count.finished);
+    for (uint32_t w = 0; w < d->cfg->consistency.workers; w++)
+        zps_strbuf_printf(b, "%s%zu", w ? "," : "", zps_assign_held(a, w));
+    zps_strbuf_printf(b, "],\"examples_per_epoch\":[");
+    for (uint64_t e = 0; e < E; e++)
+        zps_strbuf_printf(b, "%s%llu", e ? "," : "",
+                          (unsigned long long)zps_assign_epoch_examples(a, (uint32_t)e));
+    zps_strbuf_printf(b, "],\"batches_per_epoch_done\":[");
+    for (uint64_t e = 0; e < E; e++)
+        zps_strbuf_printf(b, "%s%llu", e ? "," : "",
+                          (unsigned long long)zps_assign_epoch_batches(a, (uint32_t)e));
+    zps_strbuf_printf(b, "]},");
+}
+
 char *zps_stats_json(const zps_daemon_t *d)
 {
     zps_strbuf_t b;
@@ -74,6 +109,10 @@ char *zps_stats_json(const zps_daemon_t *d)
     for (uint32_t w = 0; w < cc->workers; w++)
         zps_strbuf_printf(&b, "%s%llu", w ? "," : "",
                           (unsigned long long)zps_consistency_discarded(rules, w));
+    zps_strbuf_printf(&b, "],\"finished\":[");
+    for (uint32_t w = 0; w < cc->workers; w++)
+        zps_strbuf_printf(&b, "%s%s", w ? "," : "",
+                          zps_consistency_finished(rules, w) ? "true" : "false");
     const zps_counters_t *c = &d->count;
     zps_strbuf_printf(
         &b,
@@ -107,7 +146,9 @@ char *zps_stats_json(const zps_daemon_t *d)
             sep = ",";
         }
     }
-    zps_strbuf_printf(&b, "},\"update_staleness\":");
+    zps_strbuf_printf(&b, "},");
+    assignment_json(d, &b);
+    zps_strbuf_printf(&b, "\"update_staleness\":");
     zps_vhist_json(&d->update_staleness, &b);
     zps_strbuf_printf(&b, ",\"clock_lag\":");
     zps_vhist_json(&d->clock_lag, &b);

@@ -21,6 +21,9 @@ typedef struct zps_counters {
     uint64_t msgs_in, msgs_out, bytes_in, bytes_out;
     uint64_t inits, pulls, pushes, heartbeats, stats;
     uint64_t applied, buffered, retries, dropped, steps, errors, replies_dropped;
+    /* Shared data assignment (shard 0): pushes applied whose batch was no longer the
+     * worker's lease (handed out again after an eviction), so not counted; finish notices. */
+    uint64_t lease_lost, finished;
     uint64_t checkpoints, checkpoint_failures;
     uint64_t steps_refused;      /* steps (BSP) or pushes applied on arrival refused: not finite */
     uint64_t checks_background;  /* received payloads checked off the loop's thread */

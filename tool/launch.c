@@ -1329,6 +1329,7 @@ static int finish(launch_t *L)
     info.delay_comp = o->delay_comp ? strtod(o->delay_comp, NULL) : 0.0;
     info.stop_at = o->stop_at;
     info.stop_reason = L->stopped_at_target ? "target" : NULL;
+    info.shared = zps_launch_shared(o);
     info.targets = o->targets;
     info.target_count = o->target_count;
     info.wall_seconds = wall;

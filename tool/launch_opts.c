@@ -40,8 +40,9 @@ static const passthrough_t server_pass[] = {
 };
 /* zps-worker's flags (worker_flags.h) launch hands on as they are. */
 static const char *const worker_pass[] = {
-    "model", "data",    "data-dir", "batch",        "epochs",     "clocks",
-    "seed",  "backend", "device",   "blas-threads", "eval-every",
+    "model",   "data",         "data-dir",   "batch",          "epochs",
+    "clocks",  "seed",         "backend",    "device",         "blas-threads",
+    "eval-every", "data-assignment",
 };
 /* ...and after the straggler flags, in the order of zps-worker's usage. */
 static const char *const worker_pass_last[] = {"no-final-wait"};
@@ -121,7 +122,8 @@ static void usage(FILE *f)
                "  --warmup --worker-timeout --max-pending-pulls\n"
                "Handed to every worker: --model --data --data-dir --batch --epochs --clocks\n"
                "  --seed --backend --device --blas-threads --eval-every (default: every\n"
-               "  half epoch here)\n"
+               "  half epoch here) --data-assignment static|shared (shared: under ssp and\n"
+               "  asp each epoch's batches go to whichever worker asks next; docs/worker.md)\n"
                "  --base-step-ms --slowdown --delay --random-delay --intermittent --pause-at\n"
                "  --straggler-ranks --straggler-seed --no-final-wait\n"
                "\n"
@@ -333,6 +335,19 @@ enum {
     O_HELP,
     O_PASS = 1000, /* + index into pass_table's table */
 };
+
+/* --data-assignment as the workers will see it: the command line's, else the environment's. */
+static const char *data_assignment(const zps_launch_opts_t *o)
+{
+    const char *v = zps_argv_last_value(&o->worker_args, "data-assignment");
+    return v ? v : zps_argv_last_value(&o->env_worker_args, "data-assignment");
+}
+
+bool zps_launch_shared(const zps_launch_opts_t *o)
+{
+    const char *v = data_assignment(o);
+    return v && strcmp(v, "shared") == 0 && strcmp(o->mode, "bsp") != 0;
+}
 
 void zps_launch_opts_free(zps_launch_opts_t *o)
 {
@@ -871,6 +886,17 @@ int zps_launch_opts_check(const zps_launch_opts_t *o)
                                     sizeof(why));
         if (ok && epochs && clocks) {
             snprintf(why, sizeof(why), "give --epochs or --clocks, not both");
+            ok = false;
+        }
+        const char *da = data_assignment(o);
+        if (ok && da && strcmp(da, "shared") != 0 && strcmp(da, "static") != 0) {
+            snprintf(why, sizeof(why), "--data-assignment '%s': expected static or shared", da);
+            ok = false;
+        }
+        if (ok && clocks && zps_launch_shared(o)) {
+            snprintf(why, sizeof(why),
+                     "--data-assignment shared runs whole epochs (--epochs): how many clocks "
+                     "each worker takes is decided as it runs");
             ok = false;
         }
         if (ok && zps_straggler_check(&sf.cfg, why, sizeof(why)) != 0)

@@ -108,6 +108,13 @@ int zps_launch_opts_check_counts(const zps_launch_opts_t *o);
  */
 int zps_launch_opts_env(zps_launch_opts_t *o, char **envp);
 
+/*
+ * Whether the workers share their batches: --data-assignment shared (from
+ * the command line or ZPS_DATA_ASSIGNMENT) under ssp or asp (bsp keeps the
+ * fixed assignment).
+ */
+bool zps_launch_shared(const zps_launch_opts_t *o);
+
 /* Frees what zps_launch_opts_parse (and zps_launch_plan) allocated in o. */
 void zps_launch_opts_free(zps_launch_opts_t *o);
 

@@ -28,6 +28,7 @@ typedef struct srec {
     double step_ms, pull_ms, push_ms, compute_ms, pad_ms, delay_ms;
     uint32_t batch;
     uint32_t clock_lag; /* clocks; 0 when the line has none */
+    uint32_t epoch;     /* the batch's epoch */
     bool dropped;
 } srec_t;
 
@@ -157,6 +158,7 @@ static int add_step(wstat_t *w, const zps_json_t *o)
     r->pad_ms = num0(o, "pad_ms");
     r->delay_ms = num0(o, "delay_ms");
     r->batch = (uint32_t)num0(o, "batch");
+    r->epoch = (uint32_t)num0(o, "epoch");
     const zps_json_t *lag = zps_json_get(o, "clock_lag");
     r->clock_lag = (uint32_t)zps_json_number(lag, 0.0);
     if (lag) {
@@ -618,6 +620,54 @@ static void summary_servers(zps_strbuf_t *b, const zps_runstats_t *rs)
     zps_strbuf_printf(b, "],\n");
 }
 
+/*
+ * "examples_seen" and "examples_seen_per_epoch": the training examples used,
+ * per epoch. A shared assignment's are shard 0's audit (its STATS'
+ * assignment.examples_per_epoch: each batch completed once). A fixed
+ * assignment's follow from the workers' step records, which the partition
+ * rule (data.h) makes distinct within an epoch: each (epoch, rank, step) is
+ * its own piece of the epoch's permutation.
+ */
+static void examples_seen(zps_strbuf_t *b, const zps_runstats_t *rs, bool shared)
+{
+    uint64_t per[4096];
+    size_t ne = 0;
+    bool have = false;
+    if (shared) {
+        const zps_json_t *a = zps_json_get(rs->server[0], "assignment");
+        const zps_json_t *ex = zps_json_get(a, "examples_per_epoch");
+        if (ex && ex->type == ZPS_JSON_ARRAY) {
+            have = true;
+            for (size_t e = 0; e < ex->count && ne < 4096; e++)
+                per[ne++] = (uint64_t)zps_json_number(zps_json_at(ex, e), 0);
+        }
+    } else {
+        for (uint32_t w = 0; w < rs->workers; w++) {
+            for (size_t i = 0; i < rs->w[w].n; i++) {
+                const srec_t *r = &rs->w[w].steps[i];
+                if (r->epoch >= 4096)
+                    continue;
+                while (ne <= r->epoch)
+                    per[ne++] = 0;
+                per[r->epoch] += r->batch;
+                have = true;
+            }
+        }
+    }
+    uint64_t sum = 0;
+    for (size_t e = 0; e < ne; e++)
+        sum += per[e];
+    if (!have) {
+        zps_strbuf_printf(b, "\"examples_seen\": null,\n  \"examples_seen_per_epoch\": null");
+        return;
+    }
+    zps_strbuf_printf(b, "\"examples_seen\": %llu,\n  \"examples_seen_per_epoch\": [",
+                      (unsigned long long)sum);
+    for (size_t e = 0; e < ne; e++)
+        zps_strbuf_printf(b, "%s%llu", e ? ", " : "", (unsigned long long)per[e]);
+    zps_strbuf_printf(b, "]");
+}
+
 char *zps_runstats_summary(const zps_runstats_t *rs, const zps_run_info_t *in)
 {
     span_t sp;
@@ -653,6 +703,10 @@ char *zps_runstats_summary(const zps_runstats_t *rs, const zps_run_info_t *in)
         reason = "time_limit";
     zps_strbuf_printf(&b, ",\n  ");
     jstr(&b, "stop_reason", reason);
+    zps_strbuf_printf(&b, ",\n  ");
+    jstr(&b, "data_assignment", in->shared ? "shared" : "static");
+    zps_strbuf_printf(&b, ",\n  ");
+    examples_seen(&b, rs, in->shared);
     zps_strbuf_printf(&b, ",\n  \"workers\": %u,\n  \"servers\": %u,\n  ", rs->workers,
                       rs->servers);
     jstr(&b, "model", w0->model);

@@ -92,6 +92,7 @@ typedef struct zps_run_info {
     double delay_comp;        /* the servers' --delay-compensation lambda; 0: off */
     double stop_at;           /* --stop-at ACC; 0: none */
     const char *stop_reason;  /* "target" when --stop-at stopped it; NULL: it ran to its end */
+    bool shared;              /* the batches were shared (--data-assignment shared, not BSP) */
     const double *targets;    /* accuracy targets for seconds_to_target */
     size_t target_count;
     double wall_seconds;            /* the launcher's whole run, first spawn to last exit */

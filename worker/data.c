@@ -808,3 +808,30 @@ size_t zps_data_order_batch(zps_data_order_t *o, uint64_t epoch, uint32_t worker
     memcpy(idx, o->perm + lo, (hi - lo) * sizeof(uint32_t));
     return (size_t)(hi - lo);
 }
+
+uint64_t zps_shared_batches_per_epoch(const zps_partition_t *p)
+{
+    return (p->n + p->batch - 1) / p->batch;
+}
+
+void zps_shared_batch_range(const zps_partition_t *p, uint64_t g, uint64_t *epoch, uint64_t *lo,
+                            uint64_t *hi)
+{
+    uint64_t B = zps_shared_batches_per_epoch(p);
+    uint64_t j = g % B;
+    *epoch = g / B;
+    *lo = j * p->batch;
+    *hi = *lo + p->batch < p->n ? *lo + p->batch : p->n;
+}
+
+size_t zps_data_order_shared(zps_data_order_t *o, uint64_t g, uint32_t *idx)
+{
+    uint64_t epoch, lo, hi;
+    zps_shared_batch_range(&o->part, g, &epoch, &lo, &hi);
+    if (o->epoch != epoch) {
+        zps_partition_permute(&o->part, epoch, o->perm);
+        o->epoch = epoch;
+    }
+    memcpy(idx, o->perm + lo, (hi - lo) * sizeof(uint32_t));
+    return (size_t)(hi - lo);
+}

@@ -246,4 +246,17 @@ void zps_data_order_fini(zps_data_order_t *o);
 size_t zps_data_order_batch(zps_data_order_t *o, uint64_t epoch, uint32_t worker, uint64_t step,
                             uint32_t *idx);
 
+/*
+ * The shared assignment's rule (zps-worker --data-assignment shared;
+ * consistency/assign.h): epoch e's permutation is cut into B = ceil(N / b)
+ * batches of b positions in order, the last one holding the rest; batch g
+ * of the run is batch j = g % B of epoch g / B, positions [j*b, min((j+1)*b,
+ * N)). Which worker computes it is decided by shard 0 at run time.
+ */
+uint64_t zps_shared_batches_per_epoch(const zps_partition_t *p);
+void zps_shared_batch_range(const zps_partition_t *p, uint64_t g, uint64_t *epoch, uint64_t *lo,
+                            uint64_t *hi);
+/* Writes batch g's example indices into idx (room for b) and returns how many (>= 1). */
+size_t zps_data_order_shared(zps_data_order_t *o, uint64_t g, uint32_t *idx);
+
 #endif

@@ -97,6 +97,8 @@ int zps_metrics_step(zps_metrics_t *m, const zps_step_record_t *r)
     zps_strbuf_printf(&b, "\"batch\":%llu,\"version\":%llu,\"clock_lag\":%llu,",
                       (unsigned long long)r->batch, (unsigned long long)r->version,
                       (unsigned long long)r->clock_lag);
+    if (r->shared)
+        zps_strbuf_printf(&b, "\"batch_id\":%llu,", (unsigned long long)r->batch_id);
     json_ms(&b, "data_ms", r->data_ms);
     json_ms(&b, "forward_ms", r->forward_ms);
     json_ms(&b, "backward_ms", r->backward_ms);

@@ -29,8 +29,10 @@
 typedef struct zps_step_record {
     int rank;
     uint64_t clock;     /* global iteration t */
-    uint64_t epoch;     /* t / S */
-    uint64_t step;      /* t % S */
+    uint64_t epoch;     /* t / S; with a shared assignment the batch's epoch, g / B */
+    uint64_t step;      /* t % S; with a shared assignment the batch's place in it, g % B */
+    bool shared;        /* the batch was leased (a shared assignment): batch_id is set */
+    uint64_t batch_id;  /* its number in the run, g = epoch * B + step */
     double wall;        /* seconds since the epoch, at the end of the step */
     double elapsed;     /* seconds since the trainer started */
     double loss;        /* mean loss over this step's batch */

@@ -33,6 +33,14 @@
 /* Evaluation runs in chunks of this many examples (whatever the batch). */
 #define EVAL_CHUNK 1024
 
+/*
+ * A shared assignment's worker holds this many leases: the batch it
+ * computes and two ahead, so a lease never costs it a round trip of its
+ * own (each exchange asks for the next), and at the end of an epoch a slow
+ * worker keeps no more than two batches the fast ones could have taken.
+ */
+#define SHARED_LEASES 3
+
 typedef struct trainer {
     const zps_trainer_config_t *cfg;
     zps_dataset_t train, test;
@@ -56,6 +64,8 @@ typedef struct trainer {
     float *target;
 
     uint64_t clocks;   /* K */
+    bool shared;       /* a shared data assignment is in force (cfg->shared, not BSP) */
+    uint64_t shared_clock; /* with it: the clock this worker stopped at */
     bool evaluates;    /* this process evaluates the test set */
     uint64_t loop_ns;  /* start of the training loop */
     uint64_t eval_ns;  /* time spent evaluating */
@@ -315,6 +325,15 @@ static int write_run_header(trainer_t *T)
 static size_t gather(trainer_t *T, uint64_t epoch, uint64_t step, uint32_t w)
 {
     size_t n = zps_data_order_batch(&T->order, epoch, w, step, T->idx);
+    ZPS_ASSERT(n <= T->max_batch);
+    zps_dataset_gather(&T->train, T->idx, n, T->x, T->label, T->target);
+    return n;
+}
+
+/* Gathers batch g of a shared assignment (data.h) into the staging area; returns its size. */
+static size_t gather_shared(trainer_t *T, uint64_t g)
+{
+    size_t n = zps_data_order_shared(&T->order, g, T->idx);
     ZPS_ASSERT(n <= T->max_batch);
     zps_dataset_gather(&T->train, T->idx, n, T->x, T->label, T->target);
     return n;
@@ -640,7 +659,7 @@ static int client_failed(trainer_t *T, zps_client_t *c, const char *what, uint64
  * read counts as finished (and is logged): waiting is a courtesy to the
  * final evaluation, never a reason to hang.
  */
-static bool shard_waits(const char *json, uint64_t clocks, bool *bsp)
+static bool shard_waits(const char *json, uint64_t clocks, bool shared, bool *bsp)
 {
     zps_json_t *st = NULL;
     char err[128];
@@ -651,13 +670,21 @@ static bool shard_waits(const char *json, uint64_t clocks, bool *bsp)
     const char *mode = zps_json_string(zps_json_get(st, "mode"));
     const zps_json_t *pushed = zps_json_get(st, "clocks");
     const zps_json_t *live = zps_json_get(st, "live");
+    const zps_json_t *finished = zps_json_get(st, "finished");
     bool waits = false;
     *bsp = mode && strcmp(mode, "bsp") == 0;
     for (size_t w = 0; !*bsp && pushed && w < pushed->count; w++) {
         const zps_json_t *l = zps_json_at(live, w);
         bool is_live = !l || l->type != ZPS_JSON_BOOL || l->boolean;
-        if (is_live && zps_json_number(zps_json_at(pushed, w), 0) < (double)clocks)
+        /* Workers of a shared assignment run different numbers of clocks:
+         * each says when it has finished. */
+        if (shared) {
+            const zps_json_t *f = zps_json_at(finished, w);
+            if (is_live && !(f && f->type == ZPS_JSON_BOOL && f->boolean))
+                waits = true;
+        } else if (is_live && zps_json_number(zps_json_at(pushed, w), 0) < (double)clocks) {
             waits = true;
+        }
     }
     zps_json_free(st);
     return waits;
@@ -679,7 +706,7 @@ static int wait_for_peers(trainer_t *T, zps_client_t *c)
             int rc = zps_client_stats(c, i, &json);
             if (rc)
                 return client_failed(T, c, "stats before the final evaluation", T->clocks, rc);
-            waits = shard_waits(json, T->clocks, &bsp);
+            waits = shard_waits(json, T->clocks, T->shared, &bsp);
             free(json);
         }
         if (!waits || bsp)
@@ -717,8 +744,9 @@ static int secure_opts(const zps_trainer_config_t *cfg, zps_client_opts_t *co)
  * train on a data share that overlaps another's. Each server's STATS says
  * its --workers (`config`); another value is ZPS_ECONFIG, at once.
  */
-static int check_workers(const zps_trainer_config_t *cfg, zps_client_t *client)
+static int check_workers(const zps_trainer_config_t *cfg, zps_client_t *client, bool *bsp)
 {
+    *bsp = false;
     for (size_t i = 0; i < cfg->server_count; i++) {
         char *json = NULL;
         int rc = zps_client_stats(client, i, &json);
@@ -729,8 +757,11 @@ static int check_workers(const zps_trainer_config_t *cfg, zps_client_t *client)
         }
         zps_json_t *o = NULL;
         double w = -1;
-        if (zps_json_parse(json, &o, NULL, 0) == 0)
+        if (zps_json_parse(json, &o, NULL, 0) == 0) {
             w = zps_json_number(zps_json_get(zps_json_get(o, "config"), "workers"), -1);
+            const char *mode = zps_json_string(zps_json_get(o, "mode"));
+            *bsp |= mode && strcmp(mode, "bsp") == 0;
+        }
         zps_json_free(o);
         free(json);
         if (w < 0) {
@@ -745,6 +776,142 @@ static int check_workers(const zps_trainer_config_t *cfg, zps_client_t *client)
             return ZPS_ECONFIG;
         }
     }
+    return 0;
+}
+
+/* The leases a reply brought (when it answered a lease request) become the worker's queue. */
+static void take_leases(const zps_reply_info_t *info, uint64_t *q, size_t *nq, bool *exhausted)
+{
+    if (!info->leased)
+        return;
+    memcpy(q, info->leases, info->nleases * sizeof(uint64_t));
+    *nq = info->nleases;
+    *exhausted = info->exhausted;
+}
+
+/* The lease request of this worker's next call: it still has q[from..nq); `done` completes. */
+static void ask_leases(zps_client_t *client, zps_lease_req_t *lr, const uint64_t *q, size_t nq,
+                       size_t from, uint64_t done)
+{
+    lr->nhave = (uint32_t)(nq - from);
+    memcpy(lr->have, q + from, lr->nhave * sizeof(uint64_t));
+    lr->done = done;
+    int rc = zps_client_set_lease(client, lr);
+    ZPS_ASSERT(rc == 0);
+}
+
+/*
+ * The training loop of a shared assignment (docs/worker.md). Per clock t:
+ * the oldest of this worker's leases, batch g, is computed and pushed at
+ * t, the push naming g; every pull and exchange asks shard 0 for leases up
+ * to SHARED_LEASES, naming those the worker still has, and its reply is
+ * the worker's queue. The worker stops when it holds no lease and shard 0
+ * has none left to hand out, and tells every shard (zps_client_finish).
+ */
+static int train_shared(trainer_t *T, zps_client_t *client)
+{
+    const zps_trainer_config_t *cfg = T->cfg;
+    float *params = zps_backend_params(T->be);
+    const float *grad = zps_backend_grad(T->be);
+    uint64_t n = T->model.nparams;
+    uint64_t B = zps_shared_batches_per_epoch(&T->part);
+    zps_lease_req_t lr = {.examples = T->train.n,
+                          .batch = cfg->batch,
+                          .epochs = (uint32_t)cfg->epochs,
+                          .want = SHARED_LEASES};
+    uint64_t q[ZPS_CLIENT_MAX_LEASES];
+    size_t nq = 0;
+    bool have = false, exhausted = false;
+    /* Pulls whose reply carried no leases (one made again over the socket
+     * after shared memory failed): asked again, a few times at most. */
+    int unanswered = 0;
+    zps_reply_info_t info;
+    memset(&info, 0, sizeof(info));
+    int rc;
+    uint64_t t = 0;
+    for (;;) {
+        uint64_t t0 = zps_now_ns();
+        zps_step_record_t r = {.clock = t};
+        if (!have) {
+            ask_leases(client, &lr, q, nq, 0, 0);
+            if ((rc = zps_client_pull(client, t, params, n, &info)) != 0)
+                return client_failed(T, client, "pull", t, rc);
+            take_leases(&info, q, &nq, &exhausted);
+        }
+        have = false;
+        if (info.next_clock > t) {
+            zps_progress_break(&T->progress);
+            zps_info("the servers expect clock %llu from this worker, not %llu: resuming there",
+                     (unsigned long long)info.next_clock, (unsigned long long)t);
+            t = info.next_clock;
+            continue;
+        }
+        if (nq == 0) {
+            if (!info.leased && ++unanswered <= 3)
+                continue;
+            if (!exhausted)
+                zps_warn("shard 0 handed this worker no batch and did not say none is left: "
+                         "stopping");
+            break;
+        }
+        uint64_t g = q[0];
+        r.pull_ms = ms_since(t0);
+        r.version = info.min_version;
+        r.clock_lag = t > info.min_clock ? t - info.min_clock : 0;
+        if (eval_due(T, t)) {
+            uint64_t te = zps_now_ns();
+            if ((rc = evaluate(T, t, false, NULL)) != 0)
+                return rc;
+            t0 += zps_now_ns() - te;
+        }
+        uint64_t t1 = zps_now_ns();
+        r.shared = true;
+        r.batch_id = g;
+        r.epoch = g / B;
+        r.step = g % B;
+        size_t nb = gather_shared(T, g);
+        r.batch = nb;
+        r.data_ms = ms_since(t1);
+        if ((rc = train_batch(T, nb, t, &r)) != 0)
+            return rc;
+        inject_delay(T, t, ms_since(t1), &r);
+        uint64_t t2 = zps_now_ns();
+        zps_reply_info_t pinfo;
+        ask_leases(client, &lr, q, nq, 1, g + 1);
+        if (cfg->exchange) {
+            if ((rc = zps_client_exchange(client, t, grad, n, (uint32_t)nb, params, &pinfo)) != 0)
+                return client_failed(T, client, "exchange", t, rc);
+            double total = ms_since(t2);
+            double waited = (double)pinfo.waited_us / 1000.0;
+            if (waited > total)
+                waited = total;
+            r.push_ms = total - waited;
+            r.pull_ms += waited;
+            info = pinfo;
+            have = true;
+        } else {
+            if ((rc = zps_client_push(client, t, grad, n, (uint32_t)nb, &pinfo)) != 0)
+                return client_failed(T, client, "push", t, rc);
+            r.push_ms = ms_since(t2);
+        }
+        if (pinfo.leased) {
+            take_leases(&pinfo, q, &nq, &exhausted);
+        } else {
+            memmove(q, q + 1, (nq - 1) * sizeof(uint64_t));
+            nq--;
+        }
+        r.dropped = pinfo.dropped;
+        r.step_ms = ms_since(t0);
+        if ((rc = record_step(T, &r)) != 0)
+            return rc;
+        t++;
+    }
+    T->shared_clock = t;
+    zps_progress_break(&T->progress);
+    zps_info("no batch left: %llu clocks, %llu examples; finishing", (unsigned long long)t,
+             (unsigned long long)T->examples);
+    if ((rc = zps_client_finish(client)) != 0)
+        return client_failed(T, client, "finishing", t, rc);
     return 0;
 }
 
@@ -775,8 +942,13 @@ static int run_distributed(trainer_t *T)
     const float *grad = zps_backend_grad(T->be);
     uint64_t n = T->model.nparams;
 
-    if ((rc = check_workers(cfg, client)) != 0)
+    bool bsp = false;
+    if ((rc = check_workers(cfg, client, &bsp)) != 0)
         goto done;
+    if (cfg->shared && bsp)
+        zps_info("--mode bsp keeps the fixed data assignment (clock t's batch of rank r, so "
+                 "that BSP equals --local): --data-assignment shared changes nothing here");
+    T->shared = cfg->shared && !bsp;
     if (cfg->rank == 0) {
         zps_model_init_params(&T->model, cfg->seed, params);
         if ((rc = zps_client_init(client, params, n)) != 0) {
@@ -788,6 +960,16 @@ static int run_distributed(trainer_t *T)
                  (unsigned long long)n, (unsigned long long)cfg->seed);
         if (cfg->init_only)
             goto done;
+    }
+    if (T->shared) {
+        zps_info("worker %u of %u: batch %u, %llu epochs of %llu batches shared with the "
+                 "others, leased from shard 0",
+                 cfg->rank, cfg->workers, cfg->batch, (unsigned long long)cfg->epochs,
+                 (unsigned long long)zps_shared_batches_per_epoch(&T->part));
+        T->loop_ns = zps_now_ns();
+        if ((rc = train_shared(T, client)) != 0)
+            goto done;
+        goto final;
     }
     zps_info("worker %u of %u: batch %u, %llu steps per epoch, %llu clocks", cfg->rank,
              cfg->workers, cfg->batch, (unsigned long long)T->part.steps,
@@ -865,12 +1047,15 @@ static int run_distributed(trainer_t *T)
         if ((rc = record_step(T, &r)) != 0)
             goto done;
     }
+final:
     if (T->evaluates) {
         if (cfg->final_wait && (rc = wait_for_peers(T, client)) != 0)
             goto done;
         /* The final model: for BSP, version K exists once every worker has
-         * pushed its last clock. */
-        if ((rc = zps_client_pull(client, T->clocks, params, n, &info)) != 0) {
+         * pushed its last clock. A shared assignment's worker pulls at the
+         * clock it stopped at (its own count). */
+        uint64_t last = T->shared ? T->shared_clock : T->clocks;
+        if ((rc = zps_client_pull(client, last, params, n, &info)) != 0) {
             rc = client_failed(T, client, "final pull", T->clocks, rc);
             goto done;
         }
@@ -883,10 +1068,32 @@ done:
     return rc;
 }
 
+/* Whether shard 0 runs BSP (a shared assignment then keeps the fixed one), from its STATS. */
+static int shard0_bsp(const zps_trainer_config_t *cfg, zps_client_t *client, bool *bsp)
+{
+    char *json = NULL;
+    int rc = zps_client_stats(client, 0, &json);
+    if (rc) {
+        zps_error("asking server 0 at %s for its mode failed: %s (%s)", cfg->servers[0],
+                  zps_client_last_error(client), zps_errname(rc));
+        return rc;
+    }
+    zps_json_t *o = NULL;
+    const char *mode = NULL;
+    if (zps_json_parse(json, &o, NULL, 0) == 0)
+        mode = zps_json_string(zps_json_get(o, "mode"));
+    *bsp = mode && strcmp(mode, "bsp") == 0;
+    zps_json_free(o);
+    free(json);
+    return 0;
+}
+
 /* One observer pull, run on a thread of its own while the last model is evaluated. */
 typedef struct observe_job {
     zps_client_t *client;
     uint64_t clock;
+    uint64_t last; /* the final clock: with a shared assignment, the model once all finished */
+    bool shared;
     float *out;
     uint64_t n;
     zps_reply_info_t info;
@@ -896,7 +1103,9 @@ typedef struct observe_job {
 static void *observe_main(void *arg)
 {
     observe_job_t *j = arg;
-    j->rc = zps_client_pull(j->client, j->clock, j->out, j->n, &j->info);
+    /* Clock UINT64_MAX, counted in pushes, is ready only once every worker has finished. */
+    uint64_t clock = j->shared && j->clock == j->last ? UINT64_MAX : j->clock;
+    j->rc = zps_client_pull(j->client, clock, j->out, j->n, &j->info);
     return NULL;
 }
 
@@ -921,6 +1130,7 @@ static int run_evaluator(trainer_t *T)
     zps_client_opts_default(&co);
     co.worker = -1;
     co.observe = true;
+    co.observe_pushes = cfg->shared;
     co.timeout_ms = cfg->timeout_ms;
     co.wait_log_ms = cfg->wait_log_ms;
     int rc = secure_opts(cfg, &co);
@@ -933,6 +1143,12 @@ static int run_evaluator(trainer_t *T)
     }
     float *params = zps_backend_params(T->be);
     uint64_t n = T->model.nparams;
+    bool bsp = false;
+    if (cfg->shared && (rc = shard0_bsp(cfg, client, &bsp)) != 0) {
+        zps_client_free(client);
+        return rc;
+    }
+    T->shared = cfg->shared && !bsp;
     /* The next model arrives here while the current one is evaluated. */
     float *staged = malloc(n * sizeof(float));
     if (!staged) {
@@ -944,8 +1160,12 @@ static int run_evaluator(trainer_t *T)
     zps_info("evaluator: the model of every %llu clocks and of clock %llu, as an observer",
              (unsigned long long)every, (unsigned long long)T->clocks);
     T->loop_ns = zps_now_ns();
-    observe_job_t job = {
-        .client = client, .clock = every < T->clocks ? every : T->clocks, .out = staged, .n = n};
+    observe_job_t job = {.client = client,
+                         .clock = every < T->clocks ? every : T->clocks,
+                         .last = T->clocks,
+                         .shared = T->shared,
+                         .out = staged,
+                         .n = n};
     observe_main(&job);
     for (;;) {
         uint64_t t = job.clock;

@@ -87,6 +87,13 @@ typedef struct zps_trainer_config {
     /* Ask each server for a shared-memory session (zps_client_opts_t.shm):
      * servers on this host then move the bytes through shared memory. */
     bool shm;
+    /* --data-assignment shared (docs/worker.md): under SSP and ASP this
+     * worker's batches are leased from shard 0, a few ahead, in the order
+     * of the run's batches, and it stops when none is left (epochs, not
+     * clocks, fix the run's length); under BSP, and off, rank r computes
+     * its fixed share (data.h). An evaluator observes the model of clock t
+     * as the one after t * W pushes. */
+    bool shared;
 
     /* reporting */
     uint64_t eval_every;        /* evaluate every K clocks (0: only at the end) */

@@ -64,6 +64,11 @@ static void usage(FILE *f)
             "  --wire-bf16            gradients and parameters as bfloat16 on the wire: half\n"
             "                         the bytes; gradients rounded with error feedback, the\n"
             "                         servers keep float32 (docs/worker.md)\n"
+            "  --data-assignment static|shared\n"
+            "                         static (default): rank r owns 1/W of every epoch;\n"
+            "                         shared: under SSP and ASP the epochs' batches are\n"
+            "                         leased from shard 0 to whichever worker asks next,\n"
+            "                         each once (BSP keeps static; docs/worker.md)\n"
             "  --no-shm               never ask a server for a shared-memory session: without\n"
             "                         it, servers on this host move the bytes through shared\n"
             "                         memory and the socket carries only headers\n"
@@ -305,6 +310,14 @@ int main(int argc, char **argv)
         case ZPS_WORKER_FLAG_NO_SHM:
             cfg.shm = false;
             break;
+        case ZPS_WORKER_FLAG_DATA_ASSIGNMENT:
+            if (strcmp(a, "shared") != 0 && strcmp(a, "static") != 0) {
+                snprintf(why, sizeof(why), "--data-assignment '%s': expected static or shared", a);
+                rc = bad_usage(why);
+                goto out;
+            }
+            cfg.shared = strcmp(a, "shared") == 0;
+            break;
         case ZPS_WORKER_FLAG_NO_SEAL:
             cfg.no_seal = true;
             break;
@@ -354,6 +367,16 @@ int main(int argc, char **argv)
     }
     if (have_epochs && have_clocks) {
         rc = bad_usage("give --epochs or --clocks, not both");
+        goto out;
+    }
+    if (cfg.shared && have_clocks) {
+        rc = bad_usage("--data-assignment shared runs whole epochs (--epochs): how many clocks "
+                       "each worker takes is decided as it runs");
+        goto out;
+    }
+    if (cfg.shared && cfg.local) {
+        rc = bad_usage("--data-assignment shared needs servers: --local simulates the fixed "
+                       "assignment");
         goto out;
     }
     if (cfg.rank >= cfg.workers) {

@@ -45,6 +45,10 @@ expect_usage "delay compensation with bsp" "--delay-compensation applies to push
 expect_usage "bad delay compensation" "invalid --delay-compensation '-1'" \
     "$zps" launch --mode asp --delay-compensation -1
 expect_usage "bad stop-at" "invalid --stop-at '1.5'" "$zps" launch --stop-at 1.5
+expect_usage "bad data assignment" "--data-assignment 'mixed': expected static or shared" \
+    "$zps" launch --mode asp --data-assignment mixed --runs-dir "$runs"
+expect_usage "shared with clocks" "--data-assignment shared runs whole epochs (--epochs)" \
+    "$zps" launch --mode asp --data-assignment shared --clocks 100 --runs-dir "$runs"
 expect_usage "staleness with asp" "--staleness applies to --mode ssp only" \
     "$zps" launch --mode asp --staleness 2 --runs-dir "$runs"
 [ ! -e "$runs" ] || fail "a refused launch created $runs"

@@ -139,4 +139,30 @@ assert s["last_eval_clock"] < 100000, s["last_eval_clock"]
 print(f"stopped at accuracy {s['last_test_accuracy']} after clock {s['last_eval_clock']}")
 PY
 none_alive "$runs/target"
+
+# A shared assignment ends when its epochs' batches are consumed; the summary
+# says so and counts the examples from shard 0's audit. BSP keeps the fixed
+# assignment, counted from the workers' records.
+for m in asp bsp; do
+    rc=0
+    "$zps" launch --servers 2 --workers 3 --mode $m --model mlp:8-4 \
+        --data synthetic:n=1500,test=100,dim=8,classes=4 --batch 16 --epochs 2 \
+        --base-step-ms 2 --straggler 2:slowdown=3 --data-assignment shared --runs-dir "$runs" \
+        --name shared-$m --no-progress --time-limit 120 \
+        >"$dir/shared-$m.out" 2>"$dir/shared-$m.err" || rc=$?
+    [ "$rc" = 0 ] || { cat "$dir/shared-$m.err" >&2; fail "shared $m: exit $rc"; }
+    $py - "$runs/shared-$m/summary.json" $m <<'PY' || fail "shared $m summary"
+import json, sys
+s = json.load(open(sys.argv[1]))
+shared = sys.argv[2] != "bsp"
+assert s["status"] == "ok" and s["stop_reason"] == "finished", (s["status"], s["stop_reason"])
+assert s["data_assignment"] == ("shared" if shared else "static"), s["data_assignment"]
+# The fixed assignment's last steps take the rest of each worker's piece: all 1500.
+assert s["examples_seen_per_epoch"] == [1500, 1500], s["examples_seen_per_epoch"]
+assert s["examples_seen"] == 3000, s["examples_seen"]
+assert s["final_test_accuracy"] is not None, s
+print(f"{sys.argv[2]}: {s['data_assignment']}, {s['examples_seen']} examples seen")
+PY
+    none_alive "$runs/shared-$m"
+done
 echo ok

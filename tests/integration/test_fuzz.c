@@ -438,15 +438,20 @@ static void decide(view_t *v, const request_t *q, const ref_t *r)
         return;
     bool worker_ok = h->worker >= 0 && (uint32_t)h->worker < r->workers;
     bool shard_ok = h->shard_count == 0 || (h->shard_index == 1 && h->shard_count == 2);
+    /* A lease request (1 << 11) is for shard 0, which holds the shared
+     * data assignment: this one, shard 1, refuses it. */
+    bool lease = (h->flags & (1u << 11)) != 0 || h->lease_done != 0;
     if (h->type == ZPS__MSG_TYPE__MSG_PULL) {
         bool range_ok = !(h->flags & 1u) || (h->total == N && h->offset == LO && h->length == LEN);
         v->pull_may_wait = r->bsp && q->nframes == 1 && worker_ok && shard_ok && range_ok &&
-                           h->clock <= r->pushed[h->worker] && h->clock > r->version;
+                           !lease && h->clock <= r->pushed[h->worker] && h->clock > r->version;
         return;
     }
     if (h->type != ZPS__MSG_TYPE__MSG_PUSH)
         return;
     v->is_push = true;
+    if (lease)
+        return;
     /* A payload said to be bfloat16 (1 << 8) or in shared memory (1 << 9)
      * is not this float32 frame: refused. */
     if (q->nframes != 2 || !worker_ok || !shard_ok || (h->flags & ((1u << 8) | (1u << 9))))

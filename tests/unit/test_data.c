@@ -269,6 +269,55 @@ static void expect_error(int rc, int want, const char *err, const char *file, co
                  zps_errname(want), file, what);
 }
 
+/*
+ * The shared assignment's rule: batch g of the run is batch g % B of epoch
+ * g / B, B = ceil(N / b) batches of b positions of the epoch's permutation
+ * in order, the last holding the rest; an epoch's batches cover every
+ * example exactly once, and they are that epoch's permutation cut in order.
+ */
+static void test_shared_batches(void **state)
+{
+    (void)state;
+    const uint64_t n = 10;
+    const uint32_t b = 3;
+    zps_partition_t p;
+    assert_int_equal(zps_partition_init(&p, n, 4, b, 7), 0);
+    assert_int_equal(zps_shared_batches_per_epoch(&p), 4);
+    uint64_t e, lo, hi;
+    zps_shared_batch_range(&p, 5, &e, &lo, &hi); /* epoch 1, batch 1 */
+    assert_int_equal(e, 1);
+    assert_int_equal(lo, 3);
+    assert_int_equal(hi, 6);
+    zps_shared_batch_range(&p, 7, &e, &lo, &hi); /* epoch 1's last: the rest */
+    assert_int_equal(e, 1);
+    assert_int_equal(lo, 9);
+    assert_int_equal(hi, 10);
+
+    zps_data_order_t o;
+    assert_int_equal(zps_data_order_init(&o, &p), 0);
+    uint32_t perm[10], idx[3];
+    for (uint64_t epoch = 0; epoch < 3; epoch++) {
+        zps_partition_permute(&p, epoch, perm);
+        bool seen[10] = {false};
+        size_t at = 0;
+        /* Asked out of order, as leases arrive: 2, 0, 3, 1. */
+        static const uint64_t order[4] = {2, 0, 3, 1};
+        for (int k = 0; k < 4; k++) {
+            uint64_t g = epoch * 4 + order[k];
+            size_t m = zps_data_order_shared(&o, g, idx);
+            assert_int_equal(m, order[k] == 3 ? 1 : 3);
+            for (size_t i = 0; i < m; i++) {
+                assert_int_equal(idx[i], perm[order[k] * 3 + i]);
+                assert_false(seen[idx[i]]);
+                seen[idx[i]] = true;
+                at++;
+            }
+        }
+        assert_int_equal(at, n);
+    }
+    zps_data_order_fini(&o);
+}
+
 static void test_idx_good(void **state)
 {
     (void)state;
@@ -917,6 +966,7 @@ int main(void)
         cmocka_unit_test(test_partition_coverage),
         cmocka_unit_test(test_partition_examples),
         cmocka_unit_test(test_permutation_seeded),
+        cmocka_unit_test(test_shared_batches),
         cmocka_unit_test(test_idx_good),
         cmocka_unit_test(test_idx_errors),
         cmocka_unit_test(test_fashion_mnist_shapes),
