@@ -306,7 +306,7 @@ static int assign_batches(const zps_assign_plan_t *p, uint64_t *batches, char *w
     if (per_epoch > ZPS_ASSIGN_MAX_BATCHES / p->epochs) {
         zps_set_reason(why, why_size,
                        "data assignment: a plan of %" PRIu64 " batches per epoch for %" PRIu32
-                       " epochs is more than 2^32 batches",
+                       " epochs is more than 2^27 batches",
                        per_epoch, p->epochs);
         return -1;
     }

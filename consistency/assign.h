@@ -55,8 +55,13 @@
 
 /* Leases one worker may hold at once. */
 #define ZPS_ASSIGN_MAX_HELD 8
-/* The largest run a plan may describe: E * B batches (2^32: 500 MB of bits at most). */
-#define ZPS_ASSIGN_MAX_BATCHES (UINT64_C(1) << 32)
+/*
+ * The largest run a plan may describe: E * B batches. Any worker may state
+ * the plan, so this bounds what it can make shard 0 allocate: 2^27 batches,
+ * 16 MiB of completion bits (a hundred epochs of 1.3 million examples at
+ * b = 1).
+ */
+#define ZPS_ASSIGN_MAX_BATCHES (UINT64_C(1) << 27)
 
 typedef struct zps_assign zps_assign_t;
 

@@ -822,8 +822,8 @@ static int train_shared(trainer_t *T, zps_client_t *client)
     uint64_t q[ZPS_CLIENT_MAX_LEASES];
     size_t nq = 0;
     bool have = false, exhausted = false;
-    /* Pulls whose reply carried no leases (one made again over the socket
-     * after shared memory failed): asked again, a few times at most. */
+    /* Pulls in a row whose reply carried no leases (one made again over
+     * the socket after shared memory failed): asked again, a few times. */
     int unanswered = 0;
     zps_reply_info_t info;
     memset(&info, 0, sizeof(info));
@@ -837,6 +837,7 @@ static int train_shared(trainer_t *T, zps_client_t *client)
             if ((rc = zps_client_pull(client, t, params, n, &info)) != 0)
                 return client_failed(T, client, "pull", t, rc);
             take_leases(&info, q, &nq, &exhausted);
+            unanswered = info.leased ? 0 : unanswered;
         }
         have = false;
         if (info.next_clock > t) {
