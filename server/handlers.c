@@ -289,7 +289,7 @@ void zps_handle_pull(zps_daemon_t *d, zps_request_t *r)
 {
     const zps_header_t *req = r->hdr;
     d->count.pulls++;
-    if (!check_worker(d, r, true) || !check_shard(d, r) || !check_lease(d, r, false))
+    if (!check_worker(d, r, true) || !check_shard(d, r))
         return;
     /* A client that knows N states the range it expects; one that does not
      * learns it from the reply. */
@@ -307,6 +307,9 @@ void zps_handle_pull(zps_daemon_t *d, zps_request_t *r)
         zps_reply_expected(d, r, ZPS_ENOTINIT, "the model is not initialised yet");
         return;
     }
+    /* Last: a lease request sets the run's plan. */
+    if (!check_lease(d, r, false))
+        return;
 
     start_pull(d, r, 0, 0);
 }
@@ -729,8 +732,6 @@ void zps_handle_push(zps_daemon_t *d, zps_request_t *r)
         return;
     bool exchange = (req->flags & ZPS_FLAG_EXCHANGE) != 0;
     /* The lease request of an exchange is its pull's. */
-    if (!check_lease(d, r, true))
-        return;
     if ((req->flags & ZPS_FLAG_LEASE) && !exchange) {
         zps_reply_error(d, r, ZPS_EINVAL, "batches are leased with a pull or an exchange");
         return;
@@ -764,6 +765,9 @@ void zps_handle_push(zps_daemon_t *d, zps_request_t *r)
                         "parameters: no push can be applied");
         return;
     }
+    /* Last of the checks: a lease request sets the run's plan. */
+    if (!check_lease(d, r, true))
+        return;
     /* max|g|, found by the receive scan; unknown without it (exact check). */
     float g_max = r->msg->scanned ? r->msg->abs_max : INFINITY;
     /* Where the gradient is read: BSP keeps it where ZeroMQ received it, in

@@ -34,13 +34,14 @@ typedef struct fixture {
     uint64_t next_id;
 } fixture_t;
 
-static int setup(void **state)
+/* A server started with args, and a raw DEALER connected to it; NULL if it did not start. */
+static fixture_t *fixture_new(const char *const *args)
 {
     fixture_t *f = calloc(1, sizeof(*f));
-    /* Shard 1 of 2, one worker: a valid push is applied at once. */
-    const char *args[] = {"--workers", "1", "--shard", "1/2", "--lr", "0.5", NULL};
-    if (harness_start(&f->srv, args) != 0)
-        return -1;
+    if (!f || harness_start(&f->srv, args) != 0) {
+        free(f);
+        return NULL;
+    }
     f->ctx = zmq_ctx_new();
     f->sock = zmq_socket(f->ctx, ZMQ_DEALER);
     int linger = 0, timeout = 5000;
@@ -49,18 +50,31 @@ static int setup(void **state)
     assert_int_equal(harness_secure_socket(f->sock), 0);
     zmq_connect(f->sock, f->srv.endpoint);
     f->next_id = 1000;
-    *state = f;
-    return 0;
+    return f;
 }
 
-static int teardown(void **state)
+/* Stops the server and closes the socket; the server's exit status (0: clean). */
+static int fixture_free(fixture_t *f)
 {
-    fixture_t *f = *state;
     zmq_close(f->sock);
     zmq_ctx_term(f->ctx);
     int rc = harness_stop(&f->srv);
     free(f);
-    return rc == 0 ? 0 : -1;
+    return rc;
+}
+
+static int setup(void **state)
+{
+    /* Shard 1 of 2, one worker: a valid push is applied at once. */
+    const char *args[] = {"--workers", "1", "--shard", "1/2", "--lr", "0.5", NULL};
+    fixture_t *f = fixture_new(args);
+    *state = f;
+    return f ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    return fixture_free(*state) == 0 ? 0 : -1;
 }
 
 /* A well-formed header for this shard; callers then spoil one thing. */
@@ -145,6 +159,25 @@ static uint64_t observe(fixture_t *f, float out[3])
 {
     Zps__Header h = header(f, ZPS__MSG_TYPE__MSG_PULL);
     h.worker = -1;
+    send_header(f, &h, NULL, 0, false);
+    size_t plen;
+    Zps__Header *r = recv_reply(f, out, 3, &plen);
+    assert_int_equal(r->status, 0);
+    assert_int_equal(plen, 3 * sizeof(float));
+    uint64_t v = r->model_version;
+    zps__header__free_unpacked(r, NULL);
+    return v;
+}
+
+/* The same for a whole-model shard 0/1 of N = 3. */
+static uint64_t observe_shard0(fixture_t *f, float out[3])
+{
+    Zps__Header h = header(f, ZPS__MSG_TYPE__MSG_PULL);
+    h.worker = -1;
+    h.total = 3;
+    h.offset = 0;
+    h.shard_index = 0;
+    h.shard_count = 1;
     send_header(f, &h, NULL, 0, false);
     size_t plen;
     Zps__Header *r = recv_reply(f, out, 3, &plen);
@@ -359,12 +392,180 @@ static void test_init_in_frames(void **state)
     assert_int_equal(harness_stop(&srv), 0);
 }
 
+/* A reply's header; caller frees. */
+static Zps__Header *reply(fixture_t *f)
+{
+    float buf[8];
+    size_t plen;
+    return recv_reply(f, buf, 8, &plen);
+}
+
+/* The lease request of a pull of worker w for clock 0 to a whole-model shard (N = 3). */
+static Zps__Header lease_pull(fixture_t *f, int w, uint64_t examples, uint32_t batch,
+                              uint32_t epochs, uint32_t want)
+{
+    Zps__Header h = header(f, ZPS__MSG_TYPE__MSG_PULL);
+    h.worker = w;
+    h.total = 3;
+    h.offset = 0;
+    h.shard_index = 0;
+    h.shard_count = 1;
+    h.flags = ZPS_FLAG_LEASE;
+    h.plan_examples = examples;
+    h.plan_batch = batch;
+    h.plan_epochs = epochs;
+    h.lease_want = want;
+    return h;
+}
+
+/* A push of worker 0 at `clock` of batch g (lease_done g + 1) with `examples` examples. */
+static Zps__Header lease_push(fixture_t *f, uint64_t clock, uint64_t g, uint32_t examples)
+{
+    Zps__Header h = header(f, ZPS__MSG_TYPE__MSG_PUSH);
+    h.total = 3;
+    h.offset = 0;
+    h.shard_index = 0;
+    h.shard_count = 1;
+    h.clock = clock;
+    h.lease_done = g + 1;
+    h.batch = examples;
+    return h;
+}
+
+/* Shard 0's STATS JSON (caller frees). */
+static char *stats_json(fixture_t *f)
+{
+    Zps__Header h = header(f, ZPS__MSG_TYPE__MSG_STATS);
+    h.worker = -1;
+    h.length = 0;
+    h.shard_index = 0;
+    h.shard_count = 1;
+    send_header(f, &h, NULL, 0, false);
+    Zps__Header *r = reply(f);
+    if (r->status != 0)
+        fail_msg("STATS: %s (%s)", zps_errname(r->status), r->error);
+    char *json = strdup(r->json);
+    zps__header__free_unpacked(r, NULL);
+    return json;
+}
+
+/*
+ * The shared data assignment's requests (docs/protocol.md): a lease request
+ * to a shard other than 0, under BSP, from an observer, wanting too many, or
+ * with another plan than the run's; a push naming a batch of another size or
+ * none of the plan's; a push naming none once the run shares its batches; a
+ * lease asked by a plain push: each refused with its code, nothing changed
+ * (the parameters, the version, the leases held, the batches completed).
+ */
+static void test_bad_leases(void **state)
+{
+    fixture_t *f = *state; /* shard 1/2 */
+    Zps__Header h = lease_pull(f, 0, 100, 10, 2, 3);
+    h.total = N;
+    h.offset = 3;
+    h.shard_index = 1;
+    h.shard_count = 2;
+    send_header(f, &h, NULL, 0, false);
+    expect_error(f, ZPS_EMODE, h.request_id);
+
+    const char *bsp_args[] = {"--workers", "2", "--mode", "bsp", NULL};
+    fixture_t *b = fixture_new(bsp_args);
+    assert_non_null(b);
+    h = lease_pull(b, 0, 100, 10, 2, 3);
+    send_header(b, &h, NULL, 0, false);
+    expect_error(b, ZPS_EMODE, h.request_id);
+    assert_int_equal(fixture_free(b), 0);
+
+    const char *asp_args[] = {"--workers", "2", "--mode", "asp", "--lr", "0.5", NULL};
+    fixture_t *a = fixture_new(asp_args);
+    assert_non_null(a);
+    const float init[3] = {1.0f, 2.0f, 3.0f}, good[3] = {0.5f, 0.5f, 0.5f};
+    h = header(a, ZPS__MSG_TYPE__MSG_INIT);
+    h.total = 3;
+    h.offset = 0;
+    h.shard_index = 0;
+    h.shard_count = 1;
+    push_payload(a, &h, init, 3);
+    Zps__Header *r = reply(a);
+    assert_int_equal(r->status, 0);
+    zps__header__free_unpacked(r, NULL);
+
+    h = lease_pull(a, 0, 100, 10, 2, ZPS_WIRE_MAX_LEASES + 1);
+    send_header(a, &h, NULL, 0, false);
+    expect_error(a, ZPS_EINVAL, h.request_id);
+    h = lease_pull(a, 0, 100, 0, 2, 3); /* batches of 0 examples */
+    send_header(a, &h, NULL, 0, false);
+    expect_error(a, ZPS_EINVAL, h.request_id);
+    h = lease_pull(a, -1, 100, 10, 2, 3);
+    send_header(a, &h, NULL, 0, false);
+    expect_error(a, ZPS_EWORKER, h.request_id);
+
+    /* The run's plan: 100 examples, batches of 10, 2 epochs (20 batches). */
+    h = lease_pull(a, 0, 100, 10, 2, 3);
+    send_header(a, &h, NULL, 0, false);
+    float got[3];
+    size_t plen;
+    r = recv_reply(a, got, 3, &plen);
+    assert_int_equal(r->status, 0);
+    assert_true(r->flags & ZPS_FLAG_LEASE);
+    assert_false(r->flags & ZPS_FLAG_EXHAUSTED);
+    assert_int_equal(r->n_leases, 3);
+    for (size_t i = 0; i < 3; i++)
+        assert_int_equal(r->leases[i], i);
+    zps__header__free_unpacked(r, NULL);
+    h = lease_pull(a, 1, 100, 20, 2, 3); /* another worker, another plan */
+    send_header(a, &h, NULL, 0, false);
+    expect_error(a, ZPS_ECONFIG, h.request_id);
+
+    h = lease_push(a, 0, 1, 9); /* batch 1 has 10 examples */
+    push_payload(a, &h, good, 3);
+    expect_error(a, ZPS_EBATCH, h.request_id);
+    h = lease_push(a, 0, 20, 10); /* the plan has batches 0..19 */
+    push_payload(a, &h, good, 3);
+    expect_error(a, ZPS_EBATCH, h.request_id);
+    h = lease_push(a, 0, 0, 10);
+    h.lease_done = 0; /* a worker with the fixed assignment */
+    push_payload(a, &h, good, 3);
+    expect_error(a, ZPS_ECONFIG, h.request_id);
+    h = lease_push(a, 0, 0, 10);
+    h.flags = ZPS_FLAG_LEASE; /* leases come with a pull or an exchange */
+    push_payload(a, &h, good, 3);
+    expect_error(a, ZPS_EINVAL, h.request_id);
+
+    /* Nothing changed: the model, and worker 0 holds its three leases, none complete. */
+    assert_int_equal(observe_shard0(a, got), 0);
+    assert_memory_equal(got, init, sizeof(init));
+    char *json = stats_json(a);
+    if (!strstr(json, "\"completed\":0,") || !strstr(json, "\"held\":[3,0]"))
+        fail_msg("after the refusals: %s", json);
+    free(json);
+
+    /* The push of batch 0 completes it, once: its retry changes nothing. */
+    for (int k = 0; k < 2; k++) {
+        h = lease_push(a, 0, 0, 10);
+        push_payload(a, &h, good, 3);
+        r = reply(a);
+        assert_int_equal(r->status, 0);
+        assert_int_equal((r->flags & ZPS_FLAG_RETRY) != 0, k == 1);
+        zps__header__free_unpacked(r, NULL);
+    }
+    json = stats_json(a);
+    if (!strstr(json, "\"completed\":1,") || !strstr(json, "\"held\":[2,0]") ||
+        !strstr(json, "\"examples_per_epoch\":[10,0]"))
+        fail_msg("after batch 0: %s", json);
+    free(json);
+    assert_int_equal(observe_shard0(a, got), 1);
+    assert_true(harness_alive(&a->srv));
+    assert_int_equal(fixture_free(a), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_requests),
         cmocka_unit_test(test_stats_count_errors),
         cmocka_unit_test(test_init_in_frames),
+        cmocka_unit_test(test_bad_leases),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
