@@ -106,8 +106,8 @@ int zps_consistency_new(const zps_consistency_config_t *cfg, zps_consistency_t *
     st->cap = (w + 1) * cfg->max_pending;
     st->waiting = calloc(st->cap, sizeof(waiting_pull_t));
     st->waiting_per = calloc(w + 1, sizeof(uint32_t));
-    if (!st->pushed || !st->live || !st->finished || !st->dropped || !st->discarded || !st->slot_clock ||
-        !st->waiting || !st->waiting_per) {
+    if (!st->pushed || !st->live || !st->finished || !st->dropped || !st->discarded ||
+        !st->slot_clock || !st->waiting || !st->waiting_per) {
         zps_consistency_free(st);
         return ZPS_ENOMEM;
     }

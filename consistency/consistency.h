@@ -236,7 +236,9 @@ int zps_consistency_observe_pushes(zps_consistency_t *st, uint64_t t, uint64_t r
  * no longer holds back min_clock (so SSP peers further on than the bound are
  * not held for it) and an observe_pushes pull no longer waits for it. A push
  * of w afterwards (it was handed more batches) makes it an ordinary worker
- * again; a pull does not (a finished worker may read the final model). Not checkpointed here (zps_consistency_restore clears it).
+ * again; a pull does not (a finished worker may read the final model).
+ * Not checkpointed here: zps_consistency_restore clears it (shard 0's
+ * checkpoint keeps it with the assignment, server/resume.c).
  */
 void zps_consistency_finish(zps_consistency_t *st, uint32_t w);
 bool zps_consistency_finished(const zps_consistency_t *st, uint32_t w);

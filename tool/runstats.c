@@ -626,7 +626,8 @@ static void summary_servers(zps_strbuf_t *b, const zps_runstats_t *rs)
  * assignment.examples_per_epoch: each batch completed once). A fixed
  * assignment's follow from the workers' step records, which the partition
  * rule (data.h) makes distinct within an epoch: each (epoch, rank, step) is
- * its own piece of the epoch's permutation.
+ * its own piece of the epoch's permutation. A push dropped as too late
+ * (backup workers) trained nothing and is not counted.
  */
 static void examples_seen(zps_strbuf_t *b, const zps_runstats_t *rs, bool shared)
 {
@@ -645,7 +646,7 @@ static void examples_seen(zps_strbuf_t *b, const zps_runstats_t *rs, bool shared
         for (uint32_t w = 0; w < rs->workers; w++) {
             for (size_t i = 0; i < rs->w[w].n; i++) {
                 const srec_t *r = &rs->w[w].steps[i];
-                if (r->epoch >= 4096)
+                if (r->epoch >= 4096 || r->dropped)
                     continue;
                 while (ne <= r->epoch)
                     per[ne++] = 0;

@@ -66,6 +66,7 @@ typedef struct trainer {
     uint64_t clocks;   /* K */
     bool shared;       /* a shared data assignment is in force (cfg->shared, not BSP) */
     uint64_t shared_clock; /* with it: the clock this worker stopped at */
+    double shared_epoch;   /* with it: where in the run the last batch computed was, in epochs */
     bool evaluates;    /* this process evaluates the test set */
     uint64_t loop_ns;  /* start of the training loop */
     uint64_t eval_ns;  /* time spent evaluating */
@@ -355,8 +356,14 @@ static void show_progress(trainer_t *T, uint64_t clock, bool force)
     double rate = train_s > 0 ? (double)T->examples / train_s : 0.0;
     if (T->loss_count)
         T->shown_loss = T->loss_sum / (double)T->loss_count;
+    /* A shared assignment's worker runs as many clocks as it gets batches:
+     * its progress is its last batch's place in the run. */
     int len =
-        T->cfg->evaluator
+        T->shared && !T->cfg->evaluator
+            ? snprintf(line, sizeof(line), "%s epoch %.2f/%llu clock %llu loss %.4f %.0f ex/s",
+                       who, T->shared_epoch, (unsigned long long)T->cfg->epochs,
+                       (unsigned long long)clock, T->shown_loss, rate)
+        : T->cfg->evaluator
             ? snprintf(line, sizeof(line), "%s epoch %.2f/%.2f clock %llu/%llu", who,
                        (double)clock / (double)T->part.steps,
                        (double)T->clocks / (double)T->part.steps, (unsigned long long)clock,
@@ -903,6 +910,7 @@ static int train_shared(trainer_t *T, zps_client_t *client)
         }
         r.dropped = pinfo.dropped;
         r.step_ms = ms_since(t0);
+        T->shared_epoch = (double)(g + 1) / (double)B;
         if ((rc = record_step(T, &r)) != 0)
             return rc;
         t++;

@@ -217,6 +217,26 @@ static void test_summary(void **state)
     assert_string_equal(zps_json_string(zps_json_at(zps_json_get(s, "stragglers"), 0)),
                         "base step 5 ms");
     assert_int_equal(zps_json_at(zps_json_get(s, "stragglers"), 1)->type, ZPS_JSON_NULL);
+    /* A fixed assignment's examples seen: the 9 steps of 10 but the 2 dropped ones. */
+    assert_string_equal(zps_json_string(zps_json_get(s, "data_assignment")), "static");
+    assert_true(zps_json_number(zps_json_get(s, "examples_seen"), 0) == 70);
+    const zps_json_t *per = zps_json_get(s, "examples_seen_per_epoch");
+    assert_int_equal(per->count, 1);
+    assert_true(zps_json_number(zps_json_at(per, 0), 0) == 70);
+    zps_json_free(s);
+
+    /* A shared one's are shard 0's audit, whatever the workers recorded. */
+    const char *audit = "{\"version\":4,\"assignment\":{\"examples_per_epoch\":[100,40]}}";
+    assert_int_equal(zps_runstats_add_server(rs, 0, audit), 0);
+    in.shared = true;
+    text = zps_runstats_summary(rs, &in);
+    assert_int_equal(zps_json_parse(text, &s, err, sizeof(err)), 0);
+    free(text);
+    assert_string_equal(zps_json_string(zps_json_get(s, "data_assignment")), "shared");
+    assert_true(zps_json_number(zps_json_get(s, "examples_seen"), 0) == 140);
+    per = zps_json_get(s, "examples_seen_per_epoch");
+    assert_int_equal(per->count, 2);
+    assert_true(zps_json_number(zps_json_at(per, 1), 0) == 40);
     zps_json_free(s);
     zps_runstats_free(rs);
 }
