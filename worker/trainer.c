@@ -751,9 +751,8 @@ static int secure_opts(const zps_trainer_config_t *cfg, zps_client_opts_t *co)
  * train on a data share that overlaps another's. Each server's STATS says
  * its --workers (`config`); another value is ZPS_ECONFIG, at once.
  */
-static int check_workers(const zps_trainer_config_t *cfg, zps_client_t *client, bool *bsp)
+static int check_workers(const zps_trainer_config_t *cfg, zps_client_t *client)
 {
-    *bsp = false;
     for (size_t i = 0; i < cfg->server_count; i++) {
         char *json = NULL;
         int rc = zps_client_stats(client, i, &json);
@@ -764,11 +763,8 @@ static int check_workers(const zps_trainer_config_t *cfg, zps_client_t *client, 
         }
         zps_json_t *o = NULL;
         double w = -1;
-        if (zps_json_parse(json, &o, NULL, 0) == 0) {
+        if (zps_json_parse(json, &o, NULL, 0) == 0)
             w = zps_json_number(zps_json_get(zps_json_get(o, "config"), "workers"), -1);
-            const char *mode = zps_json_string(zps_json_get(o, "mode"));
-            *bsp |= mode && strcmp(mode, "bsp") == 0;
-        }
         zps_json_free(o);
         free(json);
         if (w < 0) {
@@ -783,6 +779,26 @@ static int check_workers(const zps_trainer_config_t *cfg, zps_client_t *client, 
             return ZPS_ECONFIG;
         }
     }
+    return 0;
+}
+
+/* Whether shard 0 runs BSP (a shared assignment then keeps the fixed one), from its STATS. */
+static int shard0_bsp(const zps_trainer_config_t *cfg, zps_client_t *client, bool *bsp)
+{
+    char *json = NULL;
+    int rc = zps_client_stats(client, 0, &json);
+    if (rc) {
+        zps_error("asking server 0 at %s for its mode failed: %s (%s)", cfg->servers[0],
+                  zps_client_last_error(client), zps_errname(rc));
+        return rc;
+    }
+    zps_json_t *o = NULL;
+    const char *mode = NULL;
+    if (zps_json_parse(json, &o, NULL, 0) == 0)
+        mode = zps_json_string(zps_json_get(o, "mode"));
+    *bsp = mode && strcmp(mode, "bsp") == 0;
+    zps_json_free(o);
+    free(json);
     return 0;
 }
 
@@ -952,7 +968,8 @@ static int run_distributed(trainer_t *T)
     uint64_t n = T->model.nparams;
 
     bool bsp = false;
-    if ((rc = check_workers(cfg, client, &bsp)) != 0)
+    if ((rc = check_workers(cfg, client)) != 0 ||
+        (cfg->shared && (rc = shard0_bsp(cfg, client, &bsp)) != 0))
         goto done;
     if (cfg->shared && bsp)
         zps_info("--mode bsp keeps the fixed data assignment (clock t's batch of rank r, so "
@@ -1075,26 +1092,6 @@ final:
 done:
     zps_client_free(client);
     return rc;
-}
-
-/* Whether shard 0 runs BSP (a shared assignment then keeps the fixed one), from its STATS. */
-static int shard0_bsp(const zps_trainer_config_t *cfg, zps_client_t *client, bool *bsp)
-{
-    char *json = NULL;
-    int rc = zps_client_stats(client, 0, &json);
-    if (rc) {
-        zps_error("asking server 0 at %s for its mode failed: %s (%s)", cfg->servers[0],
-                  zps_client_last_error(client), zps_errname(rc));
-        return rc;
-    }
-    zps_json_t *o = NULL;
-    const char *mode = NULL;
-    if (zps_json_parse(json, &o, NULL, 0) == 0)
-        mode = zps_json_string(zps_json_get(o, "mode"));
-    *bsp = mode && strcmp(mode, "bsp") == 0;
-    zps_json_free(o);
-    free(json);
-    return 0;
 }
 
 /* One observer pull, run on a thread of its own while the last model is evaluated. */
