@@ -802,6 +802,61 @@ static int shard0_bsp(const zps_trainer_config_t *cfg, zps_client_t *client, boo
     return 0;
 }
 
+/*
+ * After the pull of clock t (its reply info, t0 when it began): the step
+ * record's pull figures, then the evaluation due at t, which sees exactly
+ * the parameters this clock computes on; its time is kept out of the
+ * step's timings (t0 moves on by it).
+ */
+static int after_pull(trainer_t *T, uint64_t t, const zps_reply_info_t *info, uint64_t *t0,
+                      zps_step_record_t *r)
+{
+    r->pull_ms = ms_since(*t0);
+    r->version = info->min_version;
+    r->clock_lag = t > info->min_clock ? t - info->min_clock : 0;
+    if (eval_due(T, t)) {
+        uint64_t te = zps_now_ns();
+        int rc = evaluate(T, t, false, NULL);
+        if (rc)
+            return rc;
+        *t0 += zps_now_ns() - te;
+    }
+    return 0;
+}
+
+/*
+ * Sends clock t's gradient of nb examples: one exchange (the parameters
+ * then hold clock t + 1's model) or a push. Its timings and whether it was
+ * dropped go into r, the replies' info into *pinfo.
+ */
+static int send_gradient(trainer_t *T, zps_client_t *client, uint64_t t, bool exchange, size_t nb,
+                         zps_reply_info_t *pinfo, zps_step_record_t *r)
+{
+    float *params = zps_backend_params(T->be);
+    const float *grad = zps_backend_grad(T->be);
+    uint64_t n = T->model.nparams;
+    uint64_t t2 = zps_now_ns();
+    int rc;
+    if (exchange) {
+        if ((rc = zps_client_exchange(client, t, grad, n, (uint32_t)nb, params, pinfo)) != 0)
+            return client_failed(T, client, "exchange", t, rc);
+        /* The time the shards held it for their rule is waiting for the
+         * next model, as a pull's is; the rest is the transfer. */
+        double total = ms_since(t2);
+        double waited = (double)pinfo->waited_us / 1000.0;
+        if (waited > total)
+            waited = total;
+        r->push_ms = total - waited;
+        r->pull_ms += waited;
+    } else {
+        if ((rc = zps_client_push(client, t, grad, n, (uint32_t)nb, pinfo)) != 0)
+            return client_failed(T, client, "push", t, rc);
+        r->push_ms = ms_since(t2);
+    }
+    r->dropped = pinfo->dropped;
+    return 0;
+}
+
 /* The leases a reply brought (when it answered a lease request) become the worker's queue. */
 static void take_leases(const zps_reply_info_t *info, uint64_t *q, size_t *nq, bool *exhausted)
 {
@@ -835,7 +890,6 @@ static int train_shared(trainer_t *T, zps_client_t *client)
 {
     const zps_trainer_config_t *cfg = T->cfg;
     float *params = zps_backend_params(T->be);
-    const float *grad = zps_backend_grad(T->be);
     uint64_t n = T->model.nparams;
     uint64_t B = zps_shared_batches_per_epoch(&T->part);
     zps_lease_req_t lr = {.examples = T->train.n,
@@ -879,15 +933,8 @@ static int train_shared(trainer_t *T, zps_client_t *client)
             break;
         }
         uint64_t g = q[0];
-        r.pull_ms = ms_since(t0);
-        r.version = info.min_version;
-        r.clock_lag = t > info.min_clock ? t - info.min_clock : 0;
-        if (eval_due(T, t)) {
-            uint64_t te = zps_now_ns();
-            if ((rc = evaluate(T, t, false, NULL)) != 0)
-                return rc;
-            t0 += zps_now_ns() - te;
-        }
+        if ((rc = after_pull(T, t, &info, &t0, &r)) != 0)
+            return rc;
         uint64_t t1 = zps_now_ns();
         r.shared = true;
         r.batch_id = g;
@@ -899,24 +946,13 @@ static int train_shared(trainer_t *T, zps_client_t *client)
         if ((rc = train_batch(T, nb, t, &r)) != 0)
             return rc;
         inject_delay(T, t, ms_since(t1), &r);
-        uint64_t t2 = zps_now_ns();
         zps_reply_info_t pinfo;
         ask_leases(client, &lr, q, nq, 1, g + 1);
+        if ((rc = send_gradient(T, client, t, cfg->exchange, nb, &pinfo, &r)) != 0)
+            return rc;
         if (cfg->exchange) {
-            if ((rc = zps_client_exchange(client, t, grad, n, (uint32_t)nb, params, &pinfo)) != 0)
-                return client_failed(T, client, "exchange", t, rc);
-            double total = ms_since(t2);
-            double waited = (double)pinfo.waited_us / 1000.0;
-            if (waited > total)
-                waited = total;
-            r.push_ms = total - waited;
-            r.pull_ms += waited;
             info = pinfo;
             have = true;
-        } else {
-            if ((rc = zps_client_push(client, t, grad, n, (uint32_t)nb, &pinfo)) != 0)
-                return client_failed(T, client, "push", t, rc);
-            r.push_ms = ms_since(t2);
         }
         if (pinfo.leased) {
             take_leases(&pinfo, q, &nq, &exhausted);
@@ -924,7 +960,6 @@ static int train_shared(trainer_t *T, zps_client_t *client)
             memmove(q, q + 1, (nq - 1) * sizeof(uint64_t));
             nq--;
         }
-        r.dropped = pinfo.dropped;
         r.step_ms = ms_since(t0);
         T->shared_epoch = (double)(g + 1) / (double)B;
         if ((rc = record_step(T, &r)) != 0)
@@ -964,7 +999,6 @@ static int run_distributed(trainer_t *T)
         return rc;
     }
     float *params = zps_backend_params(T->be);
-    const float *grad = zps_backend_grad(T->be);
     uint64_t n = T->model.nparams;
 
     bool bsp = false;
@@ -1025,17 +1059,8 @@ static int run_distributed(trainer_t *T)
             t = info.next_clock - 1; /* the loop's t++ lands on next_clock */
             continue;
         }
-        r.pull_ms = ms_since(t0);
-        r.version = info.min_version;
-        r.clock_lag = t > info.min_clock ? t - info.min_clock : 0;
-        /* The evaluation sees exactly the parameters this clock computes on,
-         * and its time is kept out of the step's timings. */
-        if (eval_due(T, t)) {
-            uint64_t te = zps_now_ns();
-            if ((rc = evaluate(T, t, false, NULL)) != 0)
-                goto done;
-            t0 += zps_now_ns() - te;
-        }
+        if ((rc = after_pull(T, t, &info, &t0, &r)) != 0)
+            goto done;
         uint64_t t1 = zps_now_ns();
         zps_partition_clock(&T->part, t, &r.epoch, &r.step);
         size_t nb = gather(T, r.epoch, r.step, cfg->rank);
@@ -1044,31 +1069,14 @@ static int run_distributed(trainer_t *T)
         if ((rc = train_batch(T, nb, t, &r)) != 0)
             goto done;
         inject_delay(T, t, ms_since(t1), &r);
-        uint64_t t2 = zps_now_ns();
         zps_reply_info_t pinfo;
-        if (cfg->exchange && t + 1 < T->clocks) {
-            if ((rc = zps_client_exchange(client, t, grad, n, (uint32_t)nb, params, &pinfo)) != 0) {
-                rc = client_failed(T, client, "exchange", t, rc);
-                goto done;
-            }
-            /* The time the shards held it for their rule is waiting for
-             * the next model, as a pull's is; the rest is the transfer. */
-            double total = ms_since(t2);
-            double waited = (double)pinfo.waited_us / 1000.0;
-            if (waited > total)
-                waited = total;
-            r.push_ms = total - waited;
-            r.pull_ms += waited;
+        bool exchange = cfg->exchange && t + 1 < T->clocks;
+        if ((rc = send_gradient(T, client, t, exchange, nb, &pinfo, &r)) != 0)
+            goto done;
+        if (exchange) {
             info = pinfo;
             have = true;
-        } else {
-            if ((rc = zps_client_push(client, t, grad, n, (uint32_t)nb, &pinfo)) != 0) {
-                rc = client_failed(T, client, "push", t, rc);
-                goto done;
-            }
-            r.push_ms = ms_since(t2);
         }
-        r.dropped = pinfo.dropped;
         r.step_ms = ms_since(t0);
         if ((rc = record_step(T, &r)) != 0)
             goto done;

@@ -154,12 +154,11 @@ static void push_payload(fixture_t *f, Zps__Header *h, const float *v, size_t n)
     send_header(f, h, v, n * sizeof(float), true);
 }
 
-/* The shard's parameters and version, as an observer sees them. */
-static uint64_t observe(fixture_t *f, float out[3])
+/* The parameters and version an observer's pull h (worker -1) gets from a 3-element shard. */
+static uint64_t observe_with(fixture_t *f, Zps__Header *h, float out[3])
 {
-    Zps__Header h = header(f, ZPS__MSG_TYPE__MSG_PULL);
-    h.worker = -1;
-    send_header(f, &h, NULL, 0, false);
+    h->worker = -1;
+    send_header(f, h, NULL, 0, false);
     size_t plen;
     Zps__Header *r = recv_reply(f, out, 3, &plen);
     assert_int_equal(r->status, 0);
@@ -169,23 +168,22 @@ static uint64_t observe(fixture_t *f, float out[3])
     return v;
 }
 
+/* The shard's parameters and version, as an observer sees them. */
+static uint64_t observe(fixture_t *f, float out[3])
+{
+    Zps__Header h = header(f, ZPS__MSG_TYPE__MSG_PULL);
+    return observe_with(f, &h, out);
+}
+
 /* The same for a whole-model shard 0/1 of N = 3. */
 static uint64_t observe_shard0(fixture_t *f, float out[3])
 {
     Zps__Header h = header(f, ZPS__MSG_TYPE__MSG_PULL);
-    h.worker = -1;
     h.total = 3;
     h.offset = 0;
     h.shard_index = 0;
     h.shard_count = 1;
-    send_header(f, &h, NULL, 0, false);
-    size_t plen;
-    Zps__Header *r = recv_reply(f, out, 3, &plen);
-    assert_int_equal(r->status, 0);
-    assert_int_equal(plen, 3 * sizeof(float));
-    uint64_t v = r->model_version;
-    zps__header__free_unpacked(r, NULL);
-    return v;
+    return observe_with(f, &h, out);
 }
 
 static void test_bad_requests(void **state)
