@@ -888,15 +888,8 @@ int zps_launch_opts_check(const zps_launch_opts_t *o)
             snprintf(why, sizeof(why), "give --epochs or --clocks, not both");
             ok = false;
         }
-        const char *da = data_assignment(o);
-        if (ok && da && strcmp(da, "shared") != 0 && strcmp(da, "static") != 0) {
-            snprintf(why, sizeof(why), "--data-assignment '%s': expected static or shared", da);
-            ok = false;
-        }
         if (ok && clocks && zps_launch_shared(o)) {
-            snprintf(why, sizeof(why),
-                     "--data-assignment shared runs whole epochs (--epochs): how many clocks "
-                     "each worker takes is decided as it runs");
+            snprintf(why, sizeof(why), "%s", ZPS_WORKER_SHARED_CLOCKS_WHY);
             ok = false;
         }
         if (ok && zps_straggler_check(&sf.cfg, why, sizeof(why)) != 0)

@@ -39,8 +39,8 @@ const zps_worker_flag_t zps_worker_flag_table[ZPS_WORKER_FLAG_COUNT] = {
     {ZPS_WORKER_FLAG_NO_EXCHANGE, "no-exchange", ZPS_WORKER_VALUE_NONE, CLUSTER, 0, 0, NULL},
     {ZPS_WORKER_FLAG_WIRE_BF16, "wire-bf16", ZPS_WORKER_VALUE_NONE, CLUSTER, 0, 0, NULL},
     {ZPS_WORKER_FLAG_NO_SHM, "no-shm", ZPS_WORKER_VALUE_NONE, CLUSTER, 0, 0, NULL},
-    {ZPS_WORKER_FLAG_DATA_ASSIGNMENT, "data-assignment", ZPS_WORKER_VALUE_STRING, CLUSTER, 0, 0,
-     NULL},
+    {ZPS_WORKER_FLAG_DATA_ASSIGNMENT, "data-assignment", ZPS_WORKER_VALUE_ASSIGNMENT, CLUSTER, 0,
+     0, "static or shared"},
     {ZPS_WORKER_FLAG_MODEL, "model", ZPS_WORKER_VALUE_MODEL, TRAINING, 0, 0,
      "mlp:I-H1-...-O or linear:D"},
     {ZPS_WORKER_FLAG_DATA, "data", ZPS_WORKER_VALUE_DATA, TRAINING, 0, 0,
@@ -127,6 +127,9 @@ int zps_worker_flag_read(const zps_worker_flag_t *f, const char *arg, zps_worker
             break;
         case ZPS_WORKER_VALUE_LOG_LEVEL:
             ok = zps_log_parse_level(arg, &v.level) == 0;
+            break;
+        case ZPS_WORKER_VALUE_ASSIGNMENT:
+            ok = strcmp(arg, "static") == 0 || strcmp(arg, "shared") == 0;
             break;
         }
     if (!ok) {

@@ -62,6 +62,11 @@ typedef enum zps_worker_flag_id {
     ZPS_WORKER_FLAG_COUNT,
 } zps_worker_flag_id_t;
 
+/* Why --data-assignment shared refuses --clocks, in zps-worker's and zps launch's words. */
+#define ZPS_WORKER_SHARED_CLOCKS_WHY                                                               \
+    "--data-assignment shared runs whole epochs (--epochs): how many clocks each worker takes "   \
+    "is decided as it runs"
+
 typedef enum zps_worker_flag_kind {
     ZPS_WORKER_VALUE_NONE,      /* takes no value */
     ZPS_WORKER_VALUE_HELP,      /* --help: no value, and no setting of a run */
@@ -73,6 +78,7 @@ typedef enum zps_worker_flag_kind {
     ZPS_WORKER_VALUE_SECONDS,   /* a finite number > 0 */
     ZPS_WORKER_VALUE_BACKEND,   /* cpu, cuda or auto */
     ZPS_WORKER_VALUE_LOG_LEVEL, /* debug, info, warn or error */
+    ZPS_WORKER_VALUE_ASSIGNMENT, /* static or shared (--data-assignment) */
     /* Taken as they are while the command line is read; the run refuses a
      * bad one when it starts (exit 1). zps_worker_flag_check_early judges
      * them up front. */

@@ -311,11 +311,6 @@ int main(int argc, char **argv)
             cfg.shm = false;
             break;
         case ZPS_WORKER_FLAG_DATA_ASSIGNMENT:
-            if (strcmp(a, "shared") != 0 && strcmp(a, "static") != 0) {
-                snprintf(why, sizeof(why), "--data-assignment '%s': expected static or shared", a);
-                rc = bad_usage(why);
-                goto out;
-            }
             cfg.shared = strcmp(a, "shared") == 0;
             break;
         case ZPS_WORKER_FLAG_NO_SEAL:
@@ -370,8 +365,7 @@ int main(int argc, char **argv)
         goto out;
     }
     if (cfg.shared && have_clocks) {
-        rc = bad_usage("--data-assignment shared runs whole epochs (--epochs): how many clocks "
-                       "each worker takes is decided as it runs");
+        rc = bad_usage(ZPS_WORKER_SHARED_CLOCKS_WHY);
         goto out;
     }
     if (cfg.shared && cfg.local) {
