@@ -796,17 +796,24 @@ void zps_data_order_fini(zps_data_order_t *o)
     o->perm = NULL;
 }
 
-size_t zps_data_order_batch(zps_data_order_t *o, uint64_t epoch, uint32_t worker, uint64_t step,
-                            uint32_t *idx)
+/* Positions [lo, hi) of epoch's permutation (computed once per epoch) into idx. */
+static size_t order_range(zps_data_order_t *o, uint64_t epoch, uint64_t lo, uint64_t hi,
+                          uint32_t *idx)
 {
     if (o->epoch != epoch) {
         zps_partition_permute(&o->part, epoch, o->perm);
         o->epoch = epoch;
     }
-    uint64_t lo, hi;
-    zps_partition_batch_range(&o->part, worker, step, &lo, &hi);
     memcpy(idx, o->perm + lo, (hi - lo) * sizeof(uint32_t));
     return (size_t)(hi - lo);
+}
+
+size_t zps_data_order_batch(zps_data_order_t *o, uint64_t epoch, uint32_t worker, uint64_t step,
+                            uint32_t *idx)
+{
+    uint64_t lo, hi;
+    zps_partition_batch_range(&o->part, worker, step, &lo, &hi);
+    return order_range(o, epoch, lo, hi, idx);
 }
 
 uint64_t zps_shared_batches_per_epoch(const zps_partition_t *p)
@@ -828,10 +835,5 @@ size_t zps_data_order_shared(zps_data_order_t *o, uint64_t g, uint32_t *idx)
 {
     uint64_t epoch, lo, hi;
     zps_shared_batch_range(&o->part, g, &epoch, &lo, &hi);
-    if (o->epoch != epoch) {
-        zps_partition_permute(&o->part, epoch, o->perm);
-        o->epoch = epoch;
-    }
-    memcpy(idx, o->perm + lo, (hi - lo) * sizeof(uint32_t));
-    return (size_t)(hi - lo);
+    return order_range(o, epoch, lo, hi, idx);
 }
