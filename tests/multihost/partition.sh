@@ -20,7 +20,7 @@ server_bin=$1
 zps=$2
 worker_bin=$3
 here=$(cd "$(dirname "$0")" && pwd)
-. "$here/netns.sh"
+. "$here/../../scripts/netns.sh"
 
 t_start=$(mh_now)
 mh_require_firewall

@@ -39,7 +39,7 @@ zps=$2
 worker_bin=$3
 here=$(cd "$(dirname "$0")" && pwd)
 job_script=$(cd "$here/../../scripts/slurm" && pwd)/zps.sbatch
-. "$here/netns.sh"
+. "$here/../../scripts/netns.sh"
 # slurmd needs /sys/fs/cgroup, which ip netns exec hides.
 export MH_ENTER=nsenter
 

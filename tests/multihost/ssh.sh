@@ -25,61 +25,14 @@ server_bin=$1
 zps=$2
 worker_bin=$3
 here=$(cd "$(dirname "$0")" && pwd)
-. "$here/netns.sh"
-
-sshd=/usr/sbin/sshd
-[ -x "$sshd" ] || mh_skip "no $sshd (scripts/setup installs openssh-server)"
-command -v ssh >/dev/null && command -v ssh-keygen >/dev/null || mh_skip "no ssh client"
+. "$here/../../scripts/netns.sh"
 
 t_start=$(mh_now)
 mh_up 3 100
 d=$mh_dir
-user=$(id -un)
-sshd_pid=()
 
 # --- an sshd per host, with a host key known to the client and a user key ---
-mkdir -p "$d/ssh" /run/sshd # /run/sshd: sshd's privilege separation directory
-chmod 700 "$d/ssh"
-ssh-keygen -q -t ed25519 -N '' -f "$d/ssh/host_key"
-ssh-keygen -q -t ed25519 -N '' -f "$d/ssh/id"
-cp "$d/ssh/id.pub" "$d/ssh/authorized_keys"
-: >"$d/ssh/known_hosts"
-for i in 0 1 2; do
-    cat >"$d/ssh/sshd-$i.conf" <<EOF
-ListenAddress ${mh_addr[$i]}:22
-HostKey $d/ssh/host_key
-PidFile none
-UsePAM no
-PermitRootLogin prohibit-password
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-AuthorizedKeysFile $d/ssh/authorized_keys
-StrictModes no
-PrintMotd no
-LogLevel ERROR
-EOF
-    mh_start "$i" "sshd-$i" "$sshd" -D -e -f "$d/ssh/sshd-$i.conf"
-    sshd_pid[$i]=$mh_pid
-    echo "${mh_addr[$i]} $(cut -d' ' -f1-2 "$d/ssh/host_key.pub")" >>"$d/ssh/known_hosts"
-done
-cat >"$d/ssh/config" <<EOF
-Host *
-    User $user
-    IdentityFile $d/ssh/id
-    IdentitiesOnly yes
-    UserKnownHostsFile $d/ssh/known_hosts
-    GlobalKnownHostsFile /dev/null
-    StrictHostKeyChecking yes
-    LogLevel ERROR
-EOF
-for i in 0 1 2; do
-    for _ in $(seq 50); do
-        on_host 0 timeout 1 bash -c "exec 3<>/dev/tcp/${mh_addr[$i]}/22" 2>/dev/null && break
-        sleep 0.1
-    done
-    on_host 0 ssh -F "$d/ssh/config" -o BatchMode=yes "${mh_addr[$i]}" true ||
-        mh_fail "no ssh to host $i: $(tail -3 "$d/sshd-$i.log")"
-done
+mh_sshd 0 1 2
 t_up=$(mh_now)
 
 # --- the hosts file, and the training both runs share ---
@@ -92,7 +45,7 @@ EOF
 train=(--data synthetic:n=2000,test=500,dim=16,classes=4 --model mlp:16-32-4 --batch 16
     --seed 3)
 opt=(--optimizer momentum --momentum 0.9 --lr 0.05)
-launch=("$zps" launch --hosts "$d/hosts" --ssh "ssh -F $d/ssh/config" --runs-dir "$d/runs"
+launch=("$zps" launch --hosts "$d/hosts" --ssh "$mh_ssh" --runs-dir "$d/runs"
     --mode bsp "${train[@]}" "${opt[@]}" --eval-every 1000 --no-progress --time-limit 60)
 
 # --- run 1: trains to the end ---
@@ -167,7 +120,7 @@ crash_pid=$mh_pid
 wait_for_step crash
 t_kill=$(mh_now)
 # Every process on host 2 (netns.sh's namespace of it): its sshd and worker 3.
-disown "${sshd_pid[2]}" 2>/dev/null || true # (bash would report its death)
+disown "${mh_sshd_pid[2]}" 2>/dev/null || true # (bash would report its death)
 # (A process may end between the listing and the kill: not an error.)
 for pid in $(ip netns pids "${mh_ns[2]}"); do kill -KILL "$pid" 2>/dev/null || true; done
 mh_wait_pid "$crash_pid" 30

@@ -18,15 +18,11 @@ server_bin=$1
 zps=$2
 worker_bin=$3
 here=$(cd "$(dirname "$0")" && pwd)
-. "$here/netns.sh"
+. "$here/../../scripts/netns.sh"
 
-command -v tc >/dev/null || mh_skip "no tc (iproute2)"
 mh_up 2 90
 d=$mh_dir
-for i in 0 1; do
-    on_host "$i" tc qdisc add dev eth0 root tbf rate 10mbit burst 32kb latency 500ms ||
-        mh_skip "tc cannot add a tbf qdisc here"
-done
+for i in 0 1; do mh_throttle "$i" 10mbit; done
 
 # run NAME PORT [WORKER-ARG...] : a server on host 0 and two workers on host 1, to the end
 run() {

@@ -1,5 +1,6 @@
-# netns.sh - "hosts" for the multi-host tests (issue 14): network namespaces
-# joined by a bridge, each with its own address. Sourced, never run.
+# netns.sh - "hosts" for the multi-host tests (tests/multihost) and for
+# scripts/netns-launch (the study's throttled-link setting): network
+# namespaces joined by a bridge, each with its own address. Sourced, never run.
 #
 # Every host is a namespace of its own with lo up, one veth (eth0) and the
 # address 10.213.X.(I+1)/24, X derived from the PID. The bridge joining the
@@ -48,6 +49,15 @@
 #                        servers'), w0 ... w(W-1), rd; and $mh_dir/authorized_keys
 #                        with w0 admin (worker 0 initialises the model), wR a
 #                        worker key for rank R only, rd a reader
+#   mh_sshd I...         an sshd on each host I (openssh-server), with a host key
+#                        and a user key of its own in $mh_dir/ssh; sets mh_ssh (the
+#                        ssh command that logs in to any of them without a
+#                        password: `$mh_ssh ADDR CMD`) and mh_sshd_pid[I]. Exits
+#                        77 without sshd or ssh; fails when host 0 cannot log in
+#                        to a host within 5 s
+#   mh_throttle I RATE   tc's token bucket filter on host I's eth0: what host I
+#                        sends leaves at RATE (tc's units: 10mbit, 1gbit). Exits
+#                        77 without tc or when the kernel has no tbf
 #   mh_now, mh_secs A B  wall time in seconds; B - A to one decimal
 #
 # A test sources this file, calls mh_up, and runs everything through on_host
@@ -60,6 +70,8 @@ mh_now() { date +%s.%N; }
 mh_secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
 
 mh_tag=zmh$$
+mh_sshd_pid=()
+mh_ssh=
 mh_hosts=0
 mh_ns=()
 mh_addr=()
@@ -346,4 +358,61 @@ mh_keys() {
         echo "$(cat "$mh_dir/rd.pub") reader"
     } >"$mh_dir/authorized_keys"
     chmod 644 "$mh_dir/authorized_keys" # whatever the umask: servers refuse a group-writable list
+}
+
+mh_sshd() {
+    local sshd=/usr/sbin/sshd i d=$mh_dir/ssh
+    [ -x "$sshd" ] || mh_skip "no $sshd (scripts/setup installs openssh-server)"
+    command -v ssh >/dev/null && command -v ssh-keygen >/dev/null || mh_skip "no ssh client"
+    mkdir -p "$d" /run/sshd # /run/sshd: sshd's privilege separation directory
+    chmod 700 "$d"
+    [ -f "$d/host_key" ] || ssh-keygen -q -t ed25519 -N '' -f "$d/host_key"
+    [ -f "$d/id" ] || ssh-keygen -q -t ed25519 -N '' -f "$d/id"
+    cp "$d/id.pub" "$d/authorized_keys"
+    touch "$d/known_hosts"
+    for i in "$@"; do
+        cat >"$d/sshd-$i.conf" <<EOF
+ListenAddress ${mh_addr[$i]}:22
+HostKey $d/host_key
+PidFile none
+UsePAM no
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+AuthorizedKeysFile $d/authorized_keys
+StrictModes no
+PrintMotd no
+LogLevel ERROR
+EOF
+        mh_start "$i" "sshd-$i" "$sshd" -D -e -f "$d/sshd-$i.conf"
+        mh_sshd_pid[$i]=$mh_pid
+        echo "${mh_addr[$i]} $(cut -d' ' -f1-2 "$d/host_key.pub")" >>"$d/known_hosts"
+    done
+    cat >"$d/config" <<EOF
+Host *
+    User $(id -un)
+    IdentityFile $d/id
+    IdentitiesOnly yes
+    UserKnownHostsFile $d/known_hosts
+    GlobalKnownHostsFile /dev/null
+    StrictHostKeyChecking yes
+    LogLevel ERROR
+EOF
+    mh_ssh="ssh -F $d/config"
+    for i in "$@"; do
+        for _ in $(seq 50); do
+            on_host 0 timeout 1 bash -c "exec 3<>/dev/tcp/${mh_addr[$i]}/22" 2>/dev/null && break
+            sleep 0.1
+        done
+        # shellcheck disable=SC2086 # mh_ssh is words
+        on_host 0 $mh_ssh -o BatchMode=yes "${mh_addr[$i]}" true ||
+            mh_fail "no ssh to host $i: $(tail -3 "$mh_dir/sshd-$i.log")"
+    done
+}
+
+mh_throttle() {
+    command -v tc >/dev/null || mh_skip "no tc (iproute2)"
+    # burst: a few packets' worth at RATE; latency: how long a packet may queue
+    on_host "$1" tc qdisc add dev eth0 root tbf rate "$2" burst 32kb latency 500ms ||
+        mh_skip "tc cannot add a tbf qdisc here"
 }
