@@ -166,7 +166,7 @@ mh_check_no_default() {
 mh_up() {
     local n=$1 i
     mh_deadline=${2:-50}
-    [ "$(id -u)" -eq 0 ] || mh_skip "multi-host tests need root (network namespaces)"
+    [ "$(id -u)" -eq 0 ] || mh_skip "network-namespace hosts need root"
     command -v ip >/dev/null || mh_skip "no 'ip' command (iproute2)"
     command -v nsenter >/dev/null || mh_skip "no 'nsenter' command (util-linux)"
     mh_dir=$(mktemp -d "/tmp/zps-mh-$$-XXXXXX")

@@ -1,6 +1,6 @@
 # Test accuracy against wall-clock time, one panel per straggler setting, one line per mode.
 load "scripts/plot-common.gp"
-set output out."/fig-accuracy.png"
+set output out."/fig-accuracy".suffix.".png"
 if (ymin ne "*") { set yrange [real(ymin):] }
 if (ymax ne "*") { set yrange [:real(ymax)] }
 # The accuracy targets, as dashed lines.

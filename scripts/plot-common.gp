@@ -2,7 +2,8 @@
 # Variables from the command line: out (the study's folder), modes and
 # settings (space-separated lists), base (the base step time in ms), and
 # optionally targets (space-separated accuracies), ymin and ymax (the
-# accuracy axis' ends, "*" for automatic).
+# accuracy axis' ends, "*" for automatic) and suffix (of the figure's name:
+# fig-accuracy.png, with suffix "-link" fig-accuracy-link.png).
 set terminal pngcairo size 1400,1000 font ",11" noenhanced
 set grid lc rgb "#dddddd"
 set border lc rgb "#555555"
@@ -15,3 +16,4 @@ layout_rows = int(ceil(nsettings / 2.0))
 if (!exists("targets")) targets = ""
 if (!exists("ymin")) ymin = "*"
 if (!exists("ymax")) ymax = "*"
+if (!exists("suffix")) suffix = ""

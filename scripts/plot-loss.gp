@@ -1,6 +1,6 @@
 # Training loss (mean over the workers' steps, binned) against clock.
 load "scripts/plot-common.gp"
-set output out."/fig-loss.png"
+set output out."/fig-loss".suffix.".png"
 set multiplot layout layout_rows, layout_cols title "Training loss against clock (mean over workers, binned)"
 do for [i = 1:nsettings] {
     s = word(settings, i)

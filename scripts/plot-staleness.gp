@@ -1,7 +1,7 @@
 # Update staleness of applied pushes (the servers' histograms, in updates): share of
 # pushes per value.
 load "scripts/plot-common.gp"
-set output out."/fig-update-staleness.png"
+set output out."/fig-update-staleness".suffix.".png"
 set multiplot layout layout_rows, layout_cols title "Update staleness of applied pushes (updates applied between a gradient's pull and its push)"
 do for [i = 1:nsettings] {
     s = word(settings, i)

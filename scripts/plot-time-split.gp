@@ -1,7 +1,7 @@
 # Where each worker's step time goes: compute, padding to the base step,
 # injected delay, the pull (including waiting for the consistency rule), the push.
 load "scripts/plot-common.gp"
-set output out."/fig-time-split.png"
+set output out."/fig-time-split".suffix.".png"
 set multiplot layout layout_rows, layout_cols title sprintf("Per-worker time split: mean milliseconds per step (base step %s ms)", base)
 set style data histograms
 set style histogram rowstacked
