@@ -1,5 +1,5 @@
 /*
- * client.c - libzps; see client.h for the contract.
+ * client.c - libzps; see zps/zps.h (include/) for the contract.
  *
  * Every call is one exchange: build a request per shard, send them all, then
  * poll the sockets until each shard's reply with the call's request id is in,
@@ -21,7 +21,7 @@
  * end the call at once (ZPS_EAUTH), and a connection whose handshake never
  * completes (a wrong server key) is ZPS_EAUTH at the deadline.
  */
-#include "client.h"
+#include "zps/zps.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -186,6 +186,11 @@ struct zps_client {
     char err[512];
     int remote_status;
 };
+
+int zps_abi_version(void)
+{
+    return ZPS_ABI_VERSION;
+}
 
 void zps_client_opts_default(zps_client_opts_t *opts)
 {

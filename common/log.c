@@ -12,6 +12,20 @@
 
 static enum zps_log_level log_level = ZPS_LOG_INFO;
 static char log_tag[64];
+/* zps_set_log_fn's: read on every record, set before any thread logs. */
+static zps_log_fn log_fn;
+static void *log_ctx;
+
+void zps_set_log_fn(zps_log_fn fn, void *ctx)
+{
+    log_ctx = ctx;
+    log_fn = fn;
+}
+
+void zps_set_log_level(enum zps_log_level level)
+{
+    zps_log_set_level(level);
+}
 
 void zps_log_set_level(enum zps_log_level level)
 {
@@ -51,6 +65,10 @@ void zps_log(enum zps_log_level level, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
+    if (log_fn) {
+        log_fn(level, msg, log_ctx);
+        return;
+    }
 
     /* One fprintf per record: stdio locks the stream around it. */
     fprintf(stderr, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s [%s] %s\n", tm.tm_year + 1900,

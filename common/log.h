@@ -10,19 +10,17 @@
  * per record, so records do not interleave). zps_log blocks only as long
  * as writing to stderr does; it is not for signal handlers.
  *
+ * A library's caller may route the records elsewhere (zps_set_log_fn in
+ * zps/zps.h): then zps_log hands each one, without time or tag, to that
+ * function instead of writing it.
+ *
  * Not here: the metrics stream and the progress line (worker/metrics.h);
  * the servers' statistics (STATS, server/).
  */
 #ifndef ZPS_LOG_H
 #define ZPS_LOG_H
 
-enum zps_log_level {
-    ZPS_LOG_DEBUG = 0,
-    ZPS_LOG_INFO = 1,
-    ZPS_LOG_WARN = 2,
-    ZPS_LOG_ERROR = 3,
-    ZPS_LOG_OFF = 4,
-};
+#include "zps/zps.h" /* enum zps_log_level, zps_set_log_fn, zps_set_log_level */
 
 /* Records below `level` are dropped. Main thread, at start-up. */
 void zps_log_set_level(enum zps_log_level level);

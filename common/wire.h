@@ -15,7 +15,7 @@
  *
  * Not here: what a request means and the answer to it (server/,
  * docs/protocol.md); resending, timeouts and assembling shards' replies
- * (client/client.h, whose API carries none of these types); the checksum
+ * (zps/zps.h, whose API carries none of these types); the checksum
  * itself (checksum.h).
  */
 #ifndef ZPS_WIRE_H

@@ -20,7 +20,7 @@
  * Evicted workers hold nobody back, so they are never named. Pure: plain
  * structs in and out, no I/O, no clock. Not thread-safe per struct.
  *
- * Not here: fetching STATS (client/client.h), drawing the screen (top.c),
+ * Not here: fetching STATS (zps/zps.h), drawing the screen (top.c),
  * the consistency rules themselves (consistency/consistency.c).
  */
 #ifndef ZPS_BARRIER_H

@@ -4,7 +4,7 @@
  *
  * Not here: the file format and its verification (checkpoint/checkpoint.h,
  * zps_ckpt_verify); asking running servers for a checkpoint (`zps
- * checkpoint`, tool/zps.c and client/client.h).
+ * checkpoint`, tool/zps.c and zps/zps.h).
  */
 #ifndef ZPS_CKPT_INSPECT_H
 #define ZPS_CKPT_INSPECT_H

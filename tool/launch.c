@@ -58,7 +58,7 @@
 #include <uv.h>
 
 #include "barrier.h"
-#include "client.h"
+#include "zps/zps.h"
 #include "error.h"
 #include "fileutil.h"
 #include "json.h"

@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include "barrier.h"
-#include "client.h"
+#include "zps/zps.h"
 #include "error.h"
 #include "json.h"
 #include "parse.h"

@@ -9,7 +9,7 @@
  * metrics files.
  *
  * Not here: who a barrier waits for (barrier.c, shared with zps launch);
- * the STATS JSON (server/stats.c); talking to servers (client/client.h).
+ * the STATS JSON (server/stats.c); talking to servers (zps/zps.h).
  */
 #ifndef ZPS_TOP_H
 #define ZPS_TOP_H

@@ -27,7 +27,7 @@
 #include <string.h>
 
 #include "ckpt_inspect.h"
-#include "client.h"
+#include "zps/zps.h"
 #include "error.h"
 #include "keygen.h"
 #include "launch.h"

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "client.h"
+#include "zps/zps.h"
 #include "data.h"
 #include "error.h"
 #include "json.h"

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "client.h"
+#include "zps/zps.h"
 #include "envflags.h"
 #include "error.h"
 #include "log.h"

@@ -62,7 +62,7 @@
 #include <zmq.h>
 
 #include "checksum.h"
-#include "client.h"
+#include "zps/zps.h"
 #include "error.h"
 #include "harness.h"
 #include "keys.h"

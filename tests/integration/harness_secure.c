@@ -9,7 +9,7 @@
  */
 #include <stdio.h>
 
-#include "client.h"
+#include "zps/zps.h"
 #include "harness.h"
 
 int __real_zps_client_new(const char *const *endpoints, size_t count, const zps_client_opts_t *opts,

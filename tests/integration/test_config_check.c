@@ -25,7 +25,7 @@
 #include <cmocka.h>
 
 #include "checksum.h"
-#include "client.h"
+#include "zps/zps.h"
 #include "error.h"
 #include "harness.h"
 #include "json.h"

@@ -23,7 +23,7 @@
 
 #include <cmocka.h>
 
-#include "client.h"
+#include "zps/zps.h"
 #include "harness.h"
 
 enum { N = 6 };

@@ -29,7 +29,7 @@
 
 #include <cmocka.h>
 
-#include "client.h"
+#include "zps/zps.h"
 #include "harness.h"
 #include "json.h"
 #include "timeutil.h"

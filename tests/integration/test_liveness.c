@@ -29,7 +29,7 @@
 
 #include <cmocka.h>
 
-#include "client.h"
+#include "zps/zps.h"
 #include "error.h"
 #include "harness.h"
 #include "timeutil.h"

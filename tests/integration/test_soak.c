@@ -79,7 +79,7 @@
 #include <cmocka.h>
 
 #include "checksum.h"
-#include "client.h"
+#include "zps/zps.h"
 #include "error.h"
 #include "fuzz_rng.h"
 #include "harness.h"

@@ -26,7 +26,7 @@
 #include <cmocka.h>
 #include <zmq.h>
 
-#include "client.h"
+#include "zps/zps.h"
 #include "error.h"
 #include "timeutil.h"
 #include "wire.h"

@@ -1,5 +1,11 @@
 /*
- * client.h - libzps, the client side of the zps protocol.
+ * zps/zps.h - libzps, the client side of the zps protocol: the public
+ * interface of libzps.so (and of the static archive zps's own programs link).
+ *
+ * Build against an installed zps with `pkg-config --cflags --libs zps`
+ * (docs/client.md has a complete example). Only what this header and
+ * zps/errors.h declare is exported; no ZeroMQ, protobuf or libsodium type
+ * crosses it.
  *
  * A client talks to the S servers of one cluster (one ZeroMQ DEALER socket
  * each, in shard order: endpoint i must be the server started with
@@ -41,16 +47,61 @@
  * Threading: a client is used by one thread at a time (its heartbeat thread
  * is its own business). Different clients are independent.
  *
+ * Process-wide effects, all stated here: the first zps_client_new tunes
+ * malloc for large payloads unless opts.keep_malloc (below); a worker's
+ * client runs one heartbeat thread of its own; pushes of large models may
+ * use a small pool of helper threads shared by the process's clients
+ * (sealing a payload). Log records go to stderr unless zps_set_log_fn
+ * routes them elsewhere.
+ *
+ * Versions: ZPS_ABI_VERSION is the library's SOVERSION (libzps.so.N); it
+ * changes when a struct below changes layout or a function its meaning.
+ * zps_abi_version() says which one the loaded library is: a binding checks
+ * that it equals the ZPS_ABI_VERSION it was built with.
+ *
  * Not here: the message bytes (common/wire.h, docs/protocol.md); what a
  * server does with each request and when a pull is allowed (server/,
  * consistency/); the training loop that drives a client (worker/trainer.h).
  */
-#ifndef ZPS_CLIENT_H
-#define ZPS_CLIENT_H
+#ifndef ZPS_ZPS_H
+#define ZPS_ZPS_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "errors.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ZPS_ABI_VERSION 1
+
+/* The ABI version of the library this program runs with (ZPS_ABI_VERSION of its build). */
+ZPS_API int zps_abi_version(void);
+
+/* Log records' levels. */
+enum zps_log_level {
+    ZPS_LOG_DEBUG = 0,
+    ZPS_LOG_INFO = 1,
+    ZPS_LOG_WARN = 2,
+    ZPS_LOG_ERROR = 3,
+    ZPS_LOG_OFF = 4,
+};
+
+/*
+ * Where log records go: fn(level, message, ctx) for each record at or above
+ * the level (message without time, level or newline; valid during the
+ * call), from whichever thread logs, the heartbeat thread included; fn must
+ * be thread-safe and must not call into libzps. NULL: back to one line on
+ * stderr each. Process-wide; set it before making clients.
+ */
+typedef void (*zps_log_fn)(enum zps_log_level level, const char *message, void *ctx);
+ZPS_API void zps_set_log_fn(zps_log_fn fn, void *ctx);
+
+/* Records below `level` are dropped (default ZPS_LOG_INFO). Process-wide. */
+ZPS_API void zps_set_log_level(enum zps_log_level level);
 
 typedef struct zps_client zps_client_t;
 
@@ -127,7 +178,7 @@ typedef struct zps_client_opts {
 
 /* worker -1, timeout 30 s, retry 1 s, heartbeat 1 s (only used when worker >= 0),
  * wait log after 10 s and then every 30 s, no CURVE. */
-void zps_client_opts_default(zps_client_opts_t *opts);
+ZPS_API void zps_client_opts_default(zps_client_opts_t *opts);
 
 /*
  * Turns CURVE on in opts with the secret key file key_file (PREFIX.key:
@@ -138,11 +189,11 @@ void zps_client_opts_default(zps_client_opts_t *opts);
  * system. The caller clears opts's secret (zps_client_opts_clear) once it
  * has made its client.
  */
-int zps_client_opts_set_keys(zps_client_opts_t *opts, const char *key_file,
-                             const char *server_key_file, char *why, size_t why_size);
+ZPS_API int zps_client_opts_set_keys(zps_client_opts_t *opts, const char *key_file,
+                                     const char *server_key_file, char *why, size_t why_size);
 
 /* Overwrites the secret key in opts with zeros, in a way the compiler keeps. */
-void zps_client_opts_clear(zps_client_opts_t *opts);
+ZPS_API void zps_client_opts_clear(zps_client_opts_t *opts);
 
 /*
  * Connects to `count` servers (ZeroMQ endpoints such as
@@ -152,17 +203,17 @@ void zps_client_opts_clear(zps_client_opts_t *opts);
  * when opts asks for one. Returns 0, ZPS_EINVAL (no endpoints, a malformed
  * endpoint), ZPS_EIO or ZPS_ENOMEM; *out is written only on success.
  */
-int zps_client_new(const char *const *endpoints, size_t count, const zps_client_opts_t *opts,
-                   zps_client_t **out);
+ZPS_API int zps_client_new(const char *const *endpoints, size_t count,
+                           const zps_client_opts_t *opts, zps_client_t **out);
 
 /*
  * Stops the heartbeat thread, closes the sockets (dropping whatever is still
  * queued) and frees the client. NULL is a no-op.
  */
-void zps_client_free(zps_client_t *c);
+ZPS_API void zps_client_free(zps_client_t *c);
 
 /* The number of servers (shards) the client was made with. */
-size_t zps_client_server_count(const zps_client_t *c);
+ZPS_API size_t zps_client_server_count(const zps_client_t *c);
 
 /*
  * Sets the initial model: values[n] is split by shard and sent. First, before
@@ -188,7 +239,7 @@ size_t zps_client_server_count(const zps_client_t *c);
  * or another ZPS_E* code. `values` is only read, and not after the call
  * returns. Blocks.
  */
-int zps_client_init(zps_client_t *c, const float *values, uint64_t n);
+ZPS_API int zps_client_init(zps_client_t *c, const float *values, uint64_t n);
 
 /* Leases a worker holds at most (consistency/assign.h's ZPS_ASSIGN_MAX_HELD). */
 #define ZPS_CLIENT_MAX_LEASES 8
@@ -215,14 +266,14 @@ typedef struct zps_lease_req {
  * batch it completes. Used by that one call. Returns 0, or ZPS_EINVAL for
  * more than ZPS_CLIENT_MAX_LEASES leases.
  */
-int zps_client_set_lease(zps_client_t *c, const zps_lease_req_t *req);
+ZPS_API int zps_client_set_lease(zps_client_t *c, const zps_lease_req_t *req);
 
 /*
  * A worker with no batch left tells every shard that it finishes: SSP's
  * bound and an observer's final model no longer wait for it. Returns 0 or
  * a ZPS_E* code. Blocks.
  */
-int zps_client_finish(zps_client_t *c);
+ZPS_API int zps_client_finish(zps_client_t *c);
 
 /*
  * What the servers' replies said about the model's state. The numbers are
@@ -264,16 +315,16 @@ typedef struct zps_reply_info {
  * zps_client_init); ZPS_ECHECKSUM; ZPS_EREMOTE (see zps_client_last_error);
  * or another ZPS_E* code. `out` may be partly written on failure. `info` may be NULL.
  */
-int zps_client_pull(zps_client_t *c, uint64_t clock, float *out, uint64_t n,
-                    zps_reply_info_t *info);
+ZPS_API int zps_client_pull(zps_client_t *c, uint64_t clock, float *out, uint64_t n,
+                            zps_reply_info_t *info);
 
 /*
  * As zps_client_pull for a caller that does not know the model size: learns
  * N from the servers and returns a malloc'd vector in *out (caller frees) and
  * its size in *n, both written only on success.
  */
-int zps_client_pull_alloc(zps_client_t *c, uint64_t clock, float **out, uint64_t *n,
-                          zps_reply_info_t *info);
+ZPS_API int zps_client_pull_alloc(zps_client_t *c, uint64_t clock, float **out, uint64_t *n,
+                                  zps_reply_info_t *info);
 
 /*
  * Pushes a gradient grad[n] computed on `batch` examples at clock `clock`.
@@ -299,8 +350,8 @@ int zps_client_pull_alloc(zps_client_t *c, uint64_t clock, float **out, uint64_t
  *     it took it), or another ZPS_E* code.
  * `info` may be NULL. Blocks.
  */
-int zps_client_push(zps_client_t *c, uint64_t clock, const float *grad, uint64_t n, uint32_t batch,
-                    zps_reply_info_t *info);
+ZPS_API int zps_client_push(zps_client_t *c, uint64_t clock, const float *grad, uint64_t n,
+                            uint32_t batch, zps_reply_info_t *info);
 
 /*
  * One exchange per clock: pushes grad[n] (computed on `batch` examples at
@@ -315,22 +366,22 @@ int zps_client_push(zps_client_t *c, uint64_t clock, const float *grad, uint64_t
  * as it was: a shard that took the push acknowledges it as a retry, and
  * answers the pull again. Blocks.
  */
-int zps_client_exchange(zps_client_t *c, uint64_t clock, const float *grad, uint64_t n,
-                        uint32_t batch, float *out, zps_reply_info_t *info);
+ZPS_API int zps_client_exchange(zps_client_t *c, uint64_t clock, const float *grad, uint64_t n,
+                                uint32_t batch, float *out, zps_reply_info_t *info);
 
 /*
  * After zps_client_push or zps_client_exchange: true when shard `index` took that push (it answered
  * OK: applied, buffered, acknowledged as a retry, or dropped as too late).
  * False for an index out of range. Valid until the next call on `c`.
  */
-bool zps_client_push_taken(const zps_client_t *c, size_t index);
+ZPS_API bool zps_client_push_taken(const zps_client_t *c, size_t index);
 
 /*
  * Asks server `index` (only that one) for its statistics. Returns 0 with
  * *json malloc'd (caller frees), ZPS_EINVAL for an index >= the server
  * count, or another ZPS_E* code; *json is written only on success. Blocks.
  */
-int zps_client_stats(zps_client_t *c, size_t index, char **json);
+ZPS_API int zps_client_stats(zps_client_t *c, size_t index, char **json);
 
 /*
  * Asks every shard to write a checkpoint of its current version and waits
@@ -339,7 +390,7 @@ int zps_client_stats(zps_client_t *c, size_t index, char **json);
  * on success. Returns 0 or a ZPS_E* code (ZPS_EREMOTE: a shard without
  * --checkpoint-dir, or a failed write; see zps_client_last_error). Blocks.
  */
-int zps_client_checkpoint(zps_client_t *c, char **report);
+ZPS_API int zps_client_checkpoint(zps_client_t *c, char **report);
 
 /*
  * Asks every shard to read its authorized keys file again (an admin key's
@@ -349,14 +400,14 @@ int zps_client_checkpoint(zps_client_t *c, char **report);
  * role, no --authorized-keys, a file that does not load: that shard keeps
  * its list; see zps_client_last_error). Blocks.
  */
-int zps_client_reload_keys(zps_client_t *c, char **report);
+ZPS_API int zps_client_reload_keys(zps_client_t *c, char **report);
 
 /*
  * After a failed call: a one-line explanation naming the server, e.g.
  * "tcp://127.0.0.1:7101: range [5, 10) does not match shard 1/2 of 12 (ZPS_ERANGE)".
  * Owned by `c`; valid until the next call on `c`. Empty after a success.
  */
-const char *zps_client_last_error(const zps_client_t *c);
+ZPS_API const char *zps_client_last_error(const zps_client_t *c);
 
 /*
  * Why the last attempt to connect to server `index` failed, as an errno
@@ -365,16 +416,20 @@ const char *zps_client_last_error(const zps_client_t *c);
  * is out of range). Kept across calls: a worker's wait log may say what it
  * waits for. Never blocks.
  */
-int zps_client_connect_error(const zps_client_t *c, size_t index);
+ZPS_API int zps_client_connect_error(const zps_client_t *c, size_t index);
 
 /*
  * Checks that endpoint is one a client can use: tcp://HOST:PORT (HOST a
  * name, an IPv4 address or [IPv6]; PORT 1..65535) or ipc://PATH. Returns 0,
  * or ZPS_EINVAL with why saying the expected form and naming the entry.
  */
-int zps_client_check_endpoint(const char *endpoint, char *why, size_t why_size);
+ZPS_API int zps_client_check_endpoint(const char *endpoint, char *why, size_t why_size);
 
 /* After ZPS_EREMOTE: the server's status code (a ZPS_E* value). */
-int zps_client_last_remote_status(const zps_client_t *c);
+ZPS_API int zps_client_last_remote_status(const zps_client_t *c);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
