@@ -24,11 +24,6 @@ void zps_set_log_fn(zps_log_fn fn, void *ctx)
 
 void zps_set_log_level(enum zps_log_level level)
 {
-    zps_log_set_level(level);
-}
-
-void zps_log_set_level(enum zps_log_level level)
-{
     log_level = level;
 }
 

@@ -22,8 +22,7 @@
 
 #include "zps/zps.h" /* enum zps_log_level, zps_set_log_fn, zps_set_log_level */
 
-/* Records below `level` are dropped. Main thread, at start-up. */
-void zps_log_set_level(enum zps_log_level level);
+/* The level: zps_set_log_level (zps/zps.h), from the main thread at start-up. */
 /* Parses "debug", "info", "warn", "error" or "off"; returns 0 or ZPS_EINVAL. */
 int zps_log_parse_level(const char *name, enum zps_log_level *out);
 /* `tag` is copied (at most 63 bytes). Main thread, at start-up. */

@@ -352,7 +352,7 @@ int main(int argc, char **argv)
             enum zps_log_level lv;
             if (zps_log_parse_level(a, &lv))
                 return bad_flag("--log-level", a, "debug, info, warn or error");
-            zps_log_set_level(lv);
+            zps_set_log_level(lv);
             break;
         }
         case OPT_MAX_CONNS:

@@ -512,7 +512,7 @@ static int cmd_stats(zps_client_t *c, const args_t *a)
 int main(int argc, char **argv)
 {
     zps_log_set_tag("zps");
-    zps_log_set_level(ZPS_LOG_WARN);
+    zps_set_log_level(ZPS_LOG_WARN);
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? EXIT_USAGE : 0;

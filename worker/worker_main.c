@@ -345,7 +345,7 @@ int main(int argc, char **argv)
             cfg.progress_interval_s = v.d;
             break;
         case ZPS_WORKER_FLAG_LOG_LEVEL:
-            zps_log_set_level(v.level);
+            zps_set_log_level(v.level);
             break;
         case ZPS_WORKER_FLAG_HELP:
             usage(stdout);
