@@ -26,8 +26,8 @@
 #include "timeutil.h"
 
 #define RETRY_MAX_MS 8000
-#define SEND_AGAIN_MS 50     /* a request the socket could not take is tried again after this */
-#define WAIT_LOG_FACTOR 3    /* later wait records come this many times further apart */
+#define SEND_AGAIN_MS 50  /* a request the socket could not take is tried again after this */
+#define WAIT_LOG_FACTOR 3 /* later wait records come this many times further apart */
 
 __attribute__((format(printf, 2, 3))) void client_set_error(zps_client_t *c, const char *fmt, ...)
 {
@@ -73,55 +73,51 @@ static bool wait_released(zps_client_t *c, int ms)
     return done;
 }
 
+/* Counts a payload lent to ZeroMQ without copying; returns the callback that gives it back. */
+zps_wire_free_fn *call_lend_payload(zps_client_t *c)
+{
+    pthread_mutex_lock(&c->mu);
+    c->inflight++;
+    pthread_mutex_unlock(&c->mu);
+    return payload_released;
+}
+
+/* The ends of k's sessions that may have lost what was sent on them. */
+static unsigned session_losses(const conn_t *k)
+{
+    unsigned n = 0;
+    for (size_t j = 0; j < k->nsessions; j++)
+        n += k->sessions[j]->lost;
+    return n;
+}
+
+/* Whether the connection was up at some moment of the call in progress. */
+static bool up_in_call(const conn_t *k)
+{
+    return k->was_up || k->up || k->handshakes != k->handshakes_at;
+}
+
+/*
+ * Sends k's request through the first of its sessions that carries it
+ * (the plain socket carries everything), each given a copy of the header
+ * to mark as it sends it.
+ */
 static int call_send(zps_client_t *c, conn_t *k)
 {
-    if (!k->sock)
-        return ZPS_ESOCKET;
-    if (k->shm_state == SHM_WANTED)
-        shm_ask(c, k);
-    if (shm_use(k)) {
-        /* Only the header: the payload, if any, is in the slot. */
-        int rc = zps_wire_send(k->sock, NULL, &k->req, NULL, 0, NULL, NULL, ZMQ_DONTWAIT);
-        if (rc && rc != ZPS_EAGAIN)
-            client_set_error(c, "%s: send failed: %s", k->endpoint, zmq_strerror(zmq_errno()));
-        if (rc == 0)
-            k->drops_at_send = k->drops;
-        return rc;
+    int rc = SESSION_PASS;
+    for (size_t j = 0; j < k->nsessions && rc == SESSION_PASS; j++) {
+        zps_header_t h = k->req;
+        session_t *s = k->sessions[j];
+        rc = s->ops->send(s, c, k, &h);
     }
-    if (k->seal_state == SEAL_WANTED)
-        seal_ask(c, k);
-    if (k->seal_state == SEAL_ON) {
-        /* Sealed into a message of its own: the caller's buffer is free at once. */
-        int rc =
-            zps_wire_send_sealed(k->dsock, NULL, &k->req, k->payload, k->payload ? k->count : 0,
-                                 k->payload != NULL, &k->seal, ZMQ_DONTWAIT);
-        if (rc && rc != ZPS_EAGAIN)
-            client_set_error(c, "%s: send failed: %s", k->endpoint, zmq_strerror(zmq_errno()));
-        if (rc == 0)
-            k->drops_at_send = k->drops;
-        if (rc == 0 && !k->seal_tcp && k->seal_wait_ns == 0)
-            k->seal_wait_ns = zps_now_ns();
-        return rc;
-    }
-    zps_wire_free_fn *ffn = NULL;
-    if (k->payload && k->count > 0) {
-        pthread_mutex_lock(&c->mu);
-        c->inflight++;
-        pthread_mutex_unlock(&c->mu);
-        ffn = payload_released;
-    }
-    /* A DEALER queues while its server is away, but not while it has no
-     * pipe at all, as after a refused CURVE handshake until it reconnects:
-     * so never wait here. ZPS_EAGAIN (nothing sent, the payload released)
-     * is for the caller to try again soon. A payload's checksum was computed
-     * with its finite check (slices_sum). */
-    int rc = k->payload ? zps_wire_send_summed(k->sock, NULL, &k->req, k->payload, k->count, ffn, c,
-                                               ZMQ_DONTWAIT)
-                        : zps_wire_send(k->sock, NULL, &k->req, NULL, 0, NULL, NULL, ZMQ_DONTWAIT);
+    if (rc == SESSION_PASS)
+        rc = ZPS_ESOCKET; /* no session takes it: none is there */
     if (rc && rc != ZPS_EAGAIN)
         client_set_error(c, "%s: send failed: %s", k->endpoint, zmq_strerror(zmq_errno()));
-    if (rc == 0)
-        k->drops_at_send = k->drops;
+    if (rc == 0) {
+        k->lost_seen = session_losses(k);
+        k->drops_at_send = k->drops + k->lost_seen;
+    }
     return rc;
 }
 
@@ -184,21 +180,23 @@ static bool reply_fits(const zps_header_t *req, const zps_header_t *h)
 {
     if (h->type == req->type)
         return true;
-    return req->type == ZPS_MSG_PUSH && (req->flags & ZPS_FLAG_EXCHANGE) &&
-           h->type == ZPS_MSG_PULL;
+    return req->type == ZPS_MSG_PUSH && (req->flags & ZPS_FLAG_EXCHANGE) && h->type == ZPS_MSG_PULL;
 }
 
-/* Takes one reply off shard k's socket, if one is there. */
+/*
+ * Takes the replies that have come for shard k, from each of its sessions;
+ * what a session asked for itself it claims. Returns 0 (no reply of this
+ * call left to read), or the shard's failure.
+ */
 static int take_reply(zps_client_t *c, conn_t *k)
 {
     for (;;) {
         zps_message_t m;
-        /* Pull payloads are checksummed while they are copied out (copy_pulled). */
-        int rc = zps_wire_recv_deferred(k->sock, ZMQ_DONTWAIT, false, &m);
-        bool sealed = false;
-        if (rc == ZPS_EAGAIN && k->dsock) {
-            rc = zps_wire_recv_sealed(k->dsock, ZMQ_DONTWAIT, false, false, seal_find, k, &m);
-            sealed = true;
+        int rc = ZPS_EAGAIN;
+        session_t *from = NULL;
+        for (size_t j = 0; j < k->nsessions && rc == ZPS_EAGAIN; j++) {
+            from = k->sessions[j];
+            rc = from->ops->recv(from, c, k, &m);
         }
         if (rc == ZPS_EAGAIN)
             return 0;
@@ -206,52 +204,16 @@ static int take_reply(zps_client_t *c, conn_t *k)
             client_set_error(c, "%s: receive failed: %s", k->endpoint, zmq_strerror(zmq_errno()));
             return rc;
         }
-        if (sealed && rc == ZPS_ESEAL) {
-            /* Nothing of it can be trusted. Only the server's notice that it
-             * does not know the session changes anything: ask for a new one
-             * and send again what it did not take. */
-            if (m.seal_unknown && k->seal_state == SEAL_ON &&
-                memcmp(m.seal_id, k->seal.id, ZPS_SEAL_ID_BYTES) == 0) {
-                zps_debug("%s: the server no longer knows our sealed session", k->endpoint);
-                seal_end(k);
-                k->drops++;
-                if (k->pending)
-                    k->resend_at_ns = zps_now_ns();
-            }
-            zps_message_close(&m);
-            continue;
+        bool claimed = false;
+        for (size_t j = 0; j < k->nsessions && !claimed; j++) {
+            session_t *s = k->sessions[j];
+            claimed = s->ops->claim && s->ops->claim(s, c, k, from, &m);
         }
-        if (!sealed && m.hdr.reply && m.hdr.type == ZPS_MSG_SESSION) {
-            if (k->seal_state == SEAL_ASKED && m.hdr.request_id == k->seal_request_id)
-                seal_granted(c, k, &m);
-            zps_message_close(&m);
-            continue;
-        }
-        if (!sealed && m.hdr.reply && m.hdr.type == ZPS_MSG_SHM) {
-            if (k->shm_state == SHM_ASKED && m.hdr.request_id == k->shm_request_id)
-                shm_granted(c, k, &m);
+        if (claimed) {
             zps_message_close(&m);
             continue;
         }
         bool ours = m.hdr.reply && m.hdr.request_id == k->req.request_id;
-        if (ours && k->pending && (m.hdr.status == ZPS_ESHM || m.hdr.status == ZPS_ECHECKSUM) &&
-            (k->req.flags & ZPS_FLAG_SHM)) {
-            /* The server has no session for this connection (it dropped
-             * and came back, or its segment is gone): over the socket, at
-             * once; ask again. A gradient that failed its checksum in the
-             * slot was scribbled on there by another process of this user:
-             * over the socket, and the slot is not used again. */
-            if (m.hdr.status == ZPS_ECHECKSUM)
-                shm_give_up(k, "the gradient in its shared-memory slot was changed under us "
-                               "(it failed its checksum at the server)");
-            else
-                zps_debug("%s: the server has no shared-memory session for us", k->endpoint);
-            zps_message_close(&m);
-            shm_end(k);
-            if (call_send(c, k) != 0)
-                k->resend_at_ns = zps_now_ns() + SEND_AGAIN_MS * 1000000ull;
-            continue;
-        }
         if (!ours || !k->pending) {
             /* A reply to an earlier request (answered twice after a resend,
              * or after that call gave up): not ours to use. */
@@ -259,8 +221,9 @@ static int take_reply(zps_client_t *c, conn_t *k)
             continue;
         }
         if (rc == 0 && !reply_fits(&k->req, &m.hdr)) {
-            client_set_error(c, "%s: a reply of type %u to our %s request: not a zps server's answer",
-                      k->endpoint, (unsigned)m.hdr.type, request_name(&k->req));
+            client_set_error(c,
+                             "%s: a reply of type %u to our %s request: not a zps server's answer",
+                             k->endpoint, (unsigned)m.hdr.type, request_name(&k->req));
             zps_message_close(&m);
             return ZPS_ETYPE;
         }
@@ -278,8 +241,8 @@ static int take_reply(zps_client_t *c, conn_t *k)
             if (c->remote_status == 0) {
                 c->remote_status = m.hdr.status;
                 client_set_error(c, "%s: %s (%s)", k->endpoint,
-                          m.hdr.error[0] ? m.hdr.error : zps_strerror(m.hdr.status),
-                          zps_errname(m.hdr.status));
+                                 m.hdr.error[0] ? m.hdr.error : zps_strerror(m.hdr.status),
+                                 zps_errname(m.hdr.status));
             }
             return ZPS_EREMOTE;
         }
@@ -352,7 +315,8 @@ int call_exchange(zps_client_t *c, bool all)
         if (!k->active)
             continue;
         conn_read_monitor(k);
-        k->up_in_call = k->up;
+        k->was_up = k->up;
+        k->handshakes_at = k->handshakes;
         k->pending = true;
         k->backoff_ms = c->opts.retry_ms;
         k->resend_at_ns =
@@ -367,10 +331,23 @@ int call_exchange(zps_client_t *c, bool all)
 
     while (rc == 0 && waiting > 0) {
         now = zps_now_ns();
+        /* What happened meanwhile, to each connection and its sessions; a
+         * session that lost what it carried has its request sent again now. */
+        uint64_t sessions_wake = UINT64_MAX;
         for (size_t i = 0; i < c->nconns; i++) {
-            if (c->conns[i].pending) {
-                conn_read_monitor(&c->conns[i]);
-                seal_check_reached(&c->conns[i], now);
+            conn_t *k = &c->conns[i];
+            if (!k->pending)
+                continue;
+            conn_read_monitor(k);
+            for (size_t j = 0; j < k->nsessions; j++) {
+                session_t *s = k->sessions[j];
+                uint64_t w = s->ops->wake(s, c, k, now);
+                sessions_wake = w < sessions_wake ? w : sessions_wake;
+            }
+            unsigned lost = session_losses(k);
+            if (lost != k->lost_seen) {
+                k->lost_seen = lost;
+                k->resend_at_ns = now;
             }
         }
         /* A handshake the server refused will not succeed on a retry: say
@@ -378,12 +355,13 @@ int call_exchange(zps_client_t *c, bool all)
         for (size_t i = 0; i < c->nconns && rc == 0; i++) {
             conn_t *k = &c->conns[i];
             if (k->pending && k->auth_failed && !k->up) {
-                client_set_error(c, "authentication failed for %s (%s)", k->endpoint,
-                          k->auth_failed == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH
-                              ? "the server does not accept this key"
-                          : c->opts.curve
-                              ? "the CURVE handshake failed: is --server-key this server's key?"
-                              : "the server requires CURVE: give --key and --server-key");
+                client_set_error(
+                    c, "authentication failed for %s (%s)", k->endpoint,
+                    k->auth_failed == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH
+                        ? "the server does not accept this key"
+                    : c->opts.curve
+                        ? "the CURVE handshake failed: is --server-key this server's key?"
+                        : "the server requires CURVE: give --key and --server-key");
                 k->outcome = rc = ZPS_EAUTH;
             }
         }
@@ -395,22 +373,20 @@ int call_exchange(zps_client_t *c, bool all)
          * what it waits for and why. */
         for (size_t i = 0; i < c->nconns && rc == 0; i++) {
             conn_t *k = &c->conns[i];
-            if (!k->pending || !k->retried || k->up ||
-                (k->refusal_logged && !c->opts.fail_on_refused))
+            bool logged = k->logged_at == k->connects + 1; /* no connection since */
+            if (!k->pending || (logged && !c->opts.fail_on_refused))
                 continue;
-            k->retried = false;
-            k->connect_errno = conn_connect_reason(k->endpoint, 500);
-            if (k->connect_errno == 0)
+            int e = conn_failed_attempt(k);
+            if (e == 0)
                 continue;
             char words[128];
-            conn_connect_words(k->connect_errno, words, sizeof(words));
-            if (c->opts.fail_on_refused &&
-                (k->connect_errno == ECONNREFUSED || k->connect_errno == ENOENT)) {
+            conn_connect_words(e, words, sizeof(words));
+            if (c->opts.fail_on_refused && (e == ECONNREFUSED || e == ENOENT)) {
                 client_set_error(c, "%s: %s", k->endpoint, words);
                 k->outcome = rc = ZPS_EUNREACHABLE;
-            } else if (!k->refusal_logged && c->opts.wait_log_ms > 0) {
+            } else if (!logged && c->opts.wait_log_ms > 0) {
                 zps_warn("waiting for server %zu at %s: %s, retrying", i, k->endpoint, words);
-                k->refusal_logged = true;
+                k->logged_at = k->connects + 1;
             }
         }
         if (rc)
@@ -422,10 +398,11 @@ int call_exchange(zps_client_t *c, bool all)
             rc = ZPS_ETIMEDOUT;
             for (size_t i = 0; i < c->nconns; i++)
                 if (c->conns[i].pending)
-                    c->conns[i].outcome = c->conns[i].up_in_call ? ZPS_ETIMEDOUT : ZPS_EUNREACHABLE;
+                    c->conns[i].outcome =
+                        up_in_call(&c->conns[i]) ? ZPS_ETIMEDOUT : ZPS_EUNREACHABLE;
             for (size_t i = 0; i < c->nconns; i++) {
                 conn_t *k = &c->conns[i];
-                if (k->pending && !k->up_in_call) {
+                if (k->pending && !up_in_call(k)) {
                     rc = ZPS_EUNREACHABLE;
                     char why[400];
                     conn_why_unanswered(k->endpoint, why, sizeof(why));
@@ -438,18 +415,19 @@ int call_exchange(zps_client_t *c, bool all)
              * (or is not a CURVE server). */
             for (size_t i = 0; c->opts.curve && rc == ZPS_EUNREACHABLE && i < c->nconns; i++) {
                 conn_t *k = &c->conns[i];
-                if (k->pending && !k->up_in_call && k->tcp_seen) {
+                if (k->pending && !up_in_call(k) && k->tcp_seen) {
                     rc = k->outcome = ZPS_EAUTH;
-                    client_set_error(c,
-                              "authentication failed for %s: connected, but no CURVE handshake "
-                              "completed within %s (is --server-key this server's key?)",
-                              k->endpoint, took);
+                    client_set_error(
+                        c,
+                        "authentication failed for %s: connected, but no CURVE handshake "
+                        "completed within %s (is --server-key this server's key?)",
+                        k->endpoint, took);
                 }
             }
             for (size_t i = 0; rc == ZPS_ETIMEDOUT && i < c->nconns; i++) {
                 if (c->conns[i].pending) {
-                    client_set_error(c, "%s: connected, but no reply within %s", c->conns[i].endpoint,
-                              took);
+                    client_set_error(c, "%s: connected, but no reply within %s",
+                                     c->conns[i].endpoint, took);
                     break;
                 }
             }
@@ -460,6 +438,7 @@ int call_exchange(zps_client_t *c, bool all)
             log_at = now + (uint64_t)c->opts.wait_log_ms * WAIT_LOG_FACTOR * 1000000ull;
         }
         uint64_t wake = deadline < log_at ? deadline : log_at;
+        wake = sessions_wake < wake ? sessions_wake : wake;
         size_t n = 0;
         for (size_t i = 0; i < c->nconns; i++) {
             conn_t *k = &c->conns[i];
@@ -473,7 +452,8 @@ int call_exchange(zps_client_t *c, bool all)
              * busy machine was). An exchange also waits on its rule as a
              * pull does. */
             bool carries = k->req.type == ZPS_MSG_INIT || k->req.type == ZPS_MSG_PUSH;
-            if (k->resend_at_ns <= now && carries && k->up && k->drops == k->drops_at_send) {
+            bool ended = k->drops + session_losses(k) != k->drops_at_send;
+            if (k->resend_at_ns <= now && carries && k->up && !ended) {
                 k->resend_at_ns = now + (uint64_t)k->backoff_ms * 1000000ull;
             } else if (k->resend_at_ns <= now) {
                 zps_debug("%s: no reply after %d ms, sending request %llu again", k->endpoint,
@@ -494,25 +474,9 @@ int call_exchange(zps_client_t *c, bool all)
             }
             if (k->resend_at_ns < wake)
                 wake = k->resend_at_ns;
-            if (k->seal_state == SEAL_ON && !k->seal_tcp && k->seal_wait_ns &&
-                k->seal_wait_ns + SEAL_CONNECT_MS * 1000000ull < wake)
-                wake = k->seal_wait_ns + SEAL_CONNECT_MS * 1000000ull;
-            c->items[n].socket = k->sock;
-            c->items[n].fd = 0;
-            c->items[n].events = ZMQ_POLLIN;
-            c->items[n].revents = 0;
-            n++;
-            /* The monitors too: a refused handshake ends the call now. */
-            void *more[3] = {k->mon, k->dsock, k->dmon};
-            for (size_t j = 0; j < 3; j++) {
-                if (!more[j])
-                    continue;
-                c->items[n].socket = more[j];
-                c->items[n].fd = 0;
-                c->items[n].events = ZMQ_POLLIN;
-                c->items[n].revents = 0;
-                n++;
-            }
+            /* Every session's sockets: a refused handshake ends the call now. */
+            for (size_t j = 0; j < k->nsessions; j++)
+                n += k->sessions[j]->ops->poll(k->sessions[j], k, &c->items[n]);
         }
         if (rc)
             break;

@@ -86,13 +86,22 @@ int zps_client_new(const char *const *endpoints, size_t count, const zps_client_
     c->next_id = (zps_now_ns() ^ ((uint64_t)getpid() << 40)) & 0x7fffffffffffffffull;
     c->ctx = zmq_ctx_new();
     c->conns = calloc(count, sizeof(conn_t));
-    /* Each socket and its monitor, and the sealed socket and its monitor. */
-    c->items = calloc(4 * count, sizeof(zmq_pollitem_t));
+    /* What each connection's sessions poll. */
+    c->items = calloc(count * CONN_MAX_SESSIONS * SESSION_MAX_ITEMS, sizeof(zmq_pollitem_t));
     int rc = c->ctx && c->conns && c->items ? 0 : ZPS_ENOMEM;
     c->nconns = count;
     for (size_t i = 0; i < count && rc == 0; i++) {
-        c->conns[i].endpoint = strdup(endpoints[i]);
-        rc = c->conns[i].endpoint ? conn_open(c, &c->conns[i]) : ZPS_ENOMEM;
+        conn_t *k = &c->conns[i];
+        k->endpoint = strdup(endpoints[i]);
+        rc = k->endpoint ? conn_open(c, k) : ZPS_ENOMEM;
+        /* Offered a request in this order: shared memory, sealed, the socket. */
+        conn_add_session(k, NULL);
+        k->sealed = sealed_new(c, k);
+        if (k->sealed)
+            conn_add_session(k, k->sealed);
+        k->shm = shm_new(c);
+        if (k->shm)
+            conn_add_session(k, k->shm);
     }
     if (rc == 0 && c->opts.worker >= 0 && c->opts.heartbeat_ms > 0)
         rc = heartbeat_start(c);
@@ -110,13 +119,14 @@ void zps_client_free(zps_client_t *c)
         return;
     heartbeat_stop(c);
     for (size_t i = 0; i < c->nconns; i++) {
-        zps_message_close(&c->conns[i].reply);
-        seal_end(&c->conns[i]);
-        shm_end(&c->conns[i]);
-        conn_close_monitor(&c->conns[i]);
-        if (c->conns[i].sock)
-            zmq_close(c->conns[i].sock);
-        free(c->conns[i].endpoint);
+        conn_t *k = &c->conns[i];
+        zps_message_close(&k->reply);
+        /* Their sockets go before the context. */
+        for (size_t j = 0; j < k->nsessions; j++)
+            k->sessions[j]->ops->end(k->sessions[j], k);
+        k->nsessions = 0;
+        conn_close(k);
+        free(k->endpoint);
     }
     if (c->ctx)
         zmq_ctx_term(c->ctx);
@@ -229,18 +239,19 @@ static int check_pull_replies(zps_client_t *c, uint64_t *total)
         const zps_header_t *h = &k->reply.hdr;
         if (h->total != n) {
             client_set_error(c, "%s: reports a %llu-element model, %s reports %llu", k->endpoint,
-                      (unsigned long long)h->total, c->conns[0].endpoint, (unsigned long long)n);
+                             (unsigned long long)h->total, c->conns[0].endpoint,
+                             (unsigned long long)n);
             return ZPS_ESIZE;
         }
         zps_range_t r;
         zps_shard_range(n, (uint32_t)i, (uint32_t)c->nconns, &r);
         if (h->offset != r.lo || h->length != zps_range_len(r)) {
             client_set_error(c,
-                      "%s: holds [%llu, %llu), but as shard %zu of %zu it should hold "
-                      "[%llu, %llu)",
-                      k->endpoint, (unsigned long long)h->offset,
-                      (unsigned long long)(h->offset + h->length), i, c->nconns,
-                      (unsigned long long)r.lo, (unsigned long long)r.hi);
+                             "%s: holds [%llu, %llu), but as shard %zu of %zu it should hold "
+                             "[%llu, %llu)",
+                             k->endpoint, (unsigned long long)h->offset,
+                             (unsigned long long)(h->offset + h->length), i, c->nconns,
+                             (unsigned long long)r.lo, (unsigned long long)r.hi);
             return ZPS_ERANGE;
         }
     }
@@ -255,7 +266,7 @@ static int copy_pulled(zps_client_t *c, float *out)
         conn_t *k = &c->conns[i];
         const zps_header_t *h = &k->reply.hdr;
         if (rc == 0 && (h->flags & ZPS_FLAG_SHM)) {
-            rc = shm_copy(c, k, out + h->offset);
+            rc = shm_copy(k->shm, c, k, out + h->offset);
         } else if (rc == 0 && zps_message_copy_verified(&k->reply, out + h->offset) != 0) {
             client_set_error(c, "%s: the pulled parameters fail their checksum", k->endpoint);
             rc = ZPS_ECHECKSUM;
@@ -272,8 +283,8 @@ static void set_pull_clock(zps_client_t *c, uint64_t clock)
     for (size_t i = 0; i < c->nconns; i++) {
         c->conns[i].req.clock = clock;
         if (c->opts.worker == -1 && c->opts.observe)
-            c->conns[i].req.flags |= ZPS_FLAG_WAIT |
-                                     (c->opts.observe_pushes ? ZPS_FLAG_BY_PUSHES : 0);
+            c->conns[i].req.flags |=
+                ZPS_FLAG_WAIT | (c->opts.observe_pushes ? ZPS_FLAG_BY_PUSHES : 0);
     }
 }
 
@@ -288,8 +299,8 @@ static int take_pulled(zps_client_t *c, float *out, uint64_t n, zps_reply_info_t
     uint64_t total = 0;
     int rc = check_pull_replies(c, &total);
     if (rc == 0 && total != n) {
-        client_set_error(c, "the servers hold a %llu-element model, not %llu", (unsigned long long)total,
-                  (unsigned long long)n);
+        client_set_error(c, "the servers hold a %llu-element model, not %llu",
+                         (unsigned long long)total, (unsigned long long)n);
         rc = ZPS_ESIZE;
     }
     if (rc == 0) {

@@ -8,7 +8,8 @@
  * into the periodic "waiting for server ..." log records. With CURVE it also
  * reports handshakes the server refused, which end the call at once
  * (ZPS_EAUTH). A connection attempt that failed is looked at once
- * (conn_connect_reason) to say why. Owns conn_t's socket and monitor fields.
+ * (conn_failed_attempt) to say why. Owns conn_t's connection fields, and
+ * the plain session: the socket as the carrier of last resort.
  */
 #include "internal.h"
 
@@ -24,6 +25,8 @@
 
 #include "error.h"
 #include "log.h"
+
+static int conn_connect_reason(const char *endpoint, int ms);
 
 /* A PAIR socket receiving `sock`'s monitor events, attached before it
  * connects so no event is missed; NULL when one cannot be set up. */
@@ -65,16 +68,9 @@ static void open_monitor(zps_client_t *c, conn_t *k)
         k->up = true;
 }
 
-void conn_close_monitor(conn_t *k)
-{
-    if (k->mon)
-        zmq_close(k->mon);
-    k->mon = NULL;
-}
-
 /* Reads one monitor event (16-bit event, 32-bit value, then an address
  * frame); 0 when none is waiting. Never blocks. */
-static uint16_t monitor_event(void *mon)
+uint16_t conn_monitor_event(void *mon)
 {
     zmq_msg_t m;
     zmq_msg_init(&m);
@@ -98,34 +94,26 @@ static uint16_t monitor_event(void *mon)
     return event ? event : 0xffff;
 }
 
-/* Reads the monitor events that have arrived, of sock and of dsock. */
+/* Reads the monitor events of the connection's socket that have arrived. */
 void conn_read_monitor(conn_t *k)
 {
     uint16_t event;
-    /* The sealed connection's end loses what was in flight on it, as the
-     * CURVE connection's does: it counts as a drop (exchanges are resent). */
-    while (k->dmon && (event = monitor_event(k->dmon)) != 0) {
-        if (event == ZMQ_EVENT_DISCONNECTED)
-            k->drops++;
-        else if (event == ZMQ_EVENT_CONNECTED)
-            k->seal_tcp = true;
-    }
-    while (k->mon && (event = monitor_event(k->mon)) != 0) {
+    while (k->mon && (event = conn_monitor_event(k->mon)) != 0) {
         if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
-            k->up = k->up_in_call = true;
+            k->up = true;
+            k->handshakes++;
             k->auth_failed = 0;
         } else if (event == ZMQ_EVENT_DISCONNECTED) {
+            /* The server ended its sessions with the connection: they see the drop. */
             k->up = false;
             k->drops++;
-            /* The server wiped the session with the connection. */
-            seal_end(k);
         } else if (event == ZMQ_EVENT_CONNECTED) {
             k->tcp_seen = true;
             k->retried = false;
             k->connect_errno = 0;
-            k->refusal_logged = false;
+            k->connects++;
         } else if (event == ZMQ_EVENT_CONNECT_RETRIED) {
-            /* ZeroMQ says an attempt failed, not why: conn_connect_reason looks. */
+            /* ZeroMQ says an attempt failed, not why: conn_failed_attempt looks. */
             k->retried = !k->up;
         } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH ||
                    event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
@@ -133,6 +121,21 @@ void conn_read_monitor(conn_t *k)
             k->auth_failed = event;
         }
     }
+}
+
+/*
+ * After ZeroMQ reported a failed connection attempt (and none was made
+ * since): why it failed, found out once per failure with an attempt of our
+ * own (up to 500 ms), kept for zps_client_connect_error. Returns the errno,
+ * or 0 when there is no new failure or it cannot be told.
+ */
+int conn_failed_attempt(conn_t *k)
+{
+    if (!k->retried || k->up)
+        return 0;
+    k->retried = false;
+    k->connect_errno = conn_connect_reason(k->endpoint, 500);
+    return k->connect_errno;
 }
 
 /* An IPv6 address (tcp://[addr]:port) needs ZMQ_IPV6 on the socket that
@@ -202,7 +205,7 @@ void conn_why_unanswered(const char *endpoint, char *buf, size_t size)
  * when it connected, timed out or cannot tell. Blocks up to `ms` (and on a
  * name lookup); only called once ZeroMQ has reported a failed attempt.
  */
-int conn_connect_reason(const char *endpoint, int ms)
+static int conn_connect_reason(const char *endpoint, int ms)
 {
     struct sockaddr_storage ss;
     socklen_t len = 0;
@@ -273,13 +276,6 @@ void conn_connect_words(int e, char *buf, size_t size)
 
 int conn_open(zps_client_t *c, conn_t *k)
 {
-    if (k->seal_state != SEAL_REFUSED)
-        k->seal_state = c->opts.curve && !c->opts.no_seal && strncmp(k->endpoint, "tcp://", 6) == 0
-                            ? SEAL_WANTED
-                            : SEAL_OFF;
-    if (k->shm_state != SHM_REFUSED)
-        k->shm_state =
-            c->opts.shm && c->opts.worker >= 0 && !c->opts.wire_bf16 ? SHM_WANTED : SHM_OFF;
     k->sock = zmq_socket(c->ctx, ZMQ_DEALER);
     if (!k->sock)
         return ZPS_ESOCKET;
@@ -297,25 +293,135 @@ int conn_open(zps_client_t *c, conn_t *k)
     open_monitor(c, k);
     if (zmq_connect(k->sock, k->endpoint) != 0) {
         client_set_error(c, "%s: cannot connect: %s", k->endpoint, zmq_strerror(zmq_errno()));
-        conn_close_monitor(k);
-        zmq_close(k->sock);
-        k->sock = NULL;
+        conn_close(k);
         return ZPS_EINVAL;
     }
     return 0;
 }
 
-/* Replaces a shard's socket: whatever was queued on the old one is dropped (and released). */
-void conn_reset(zps_client_t *c, conn_t *k)
+/* Closes the connection's socket and its monitor. */
+void conn_close(conn_t *k)
 {
-    seal_end(k);
-    shm_end(k);
-    conn_close_monitor(k);
+    if (k->mon)
+        zmq_close(k->mon);
+    k->mon = NULL;
     if (k->sock)
         zmq_close(k->sock);
     k->sock = NULL;
+}
+
+/*
+ * Replaces a shard's socket: whatever was queued on the old one is dropped
+ * (and released). That ends the connection: it counts as a drop, and the
+ * sessions that rode on it end themselves when they see it.
+ */
+void conn_reset(zps_client_t *c, conn_t *k)
+{
+    conn_close(k);
+    k->drops++;
     if (conn_open(c, k) != 0)
         zps_warn("%s: cannot reconnect: %s", k->endpoint, c->err);
+}
+
+/* Sends a header-only message over the connection's socket, never blocking. */
+int conn_send_header(conn_t *k, zps_header_t *h)
+{
+    if (!k->sock)
+        return ZPS_ESOCKET;
+    return zps_wire_send(k->sock, NULL, h, NULL, 0, NULL, NULL, ZMQ_DONTWAIT);
+}
+
+/*
+ * ---- the plain session: the connection's socket itself ----
+ *
+ * The last of a connection's sessions: it carries whatever the others pass
+ * on, a payload without copying (call_lend_payload), and reads the replies
+ * that come back over the socket, the other sessions' answers among them.
+ * A DEALER queues while its server is away, but not while it has no pipe
+ * at all, as after a refused CURVE handshake until it reconnects: so it
+ * never waits; ZPS_EAGAIN (nothing sent, the payload released) is for the
+ * engine to try again soon.
+ */
+static int plain_send(session_t *s, zps_client_t *c, conn_t *k, zps_header_t *h)
+{
+    (void)s;
+    if (!k->sock)
+        return ZPS_ESOCKET;
+    if (!k->payload)
+        return conn_send_header(k, h);
+    /* Its checksum was computed with its finite check (slices_sum). */
+    zps_wire_free_fn *ffn = k->count > 0 ? call_lend_payload(c) : NULL;
+    return zps_wire_send_summed(k->sock, NULL, h, k->payload, k->count, ffn, c, ZMQ_DONTWAIT);
+}
+
+static int plain_recv(session_t *s, zps_client_t *c, conn_t *k, zps_message_t *m)
+{
+    (void)s;
+    (void)c;
+    if (!k->sock)
+        return ZPS_EAGAIN;
+    /* Pull payloads are checksummed while they are copied out (copy_pulled). */
+    return zps_wire_recv_deferred(k->sock, ZMQ_DONTWAIT, false, m);
+}
+
+/* The socket, and its monitor: a refused handshake ends the call at once. */
+static size_t plain_poll(session_t *s, conn_t *k, zmq_pollitem_t *items)
+{
+    (void)s;
+    size_t n = 0;
+    void *socks[2] = {k->sock, k->mon};
+    for (size_t j = 0; j < 2; j++) {
+        if (!socks[j])
+            continue;
+        memset(&items[n], 0, sizeof(items[n]));
+        items[n].socket = socks[j];
+        items[n].events = ZMQ_POLLIN;
+        n++;
+    }
+    return n;
+}
+
+static uint64_t plain_wake(session_t *s, zps_client_t *c, conn_t *k, uint64_t now)
+{
+    (void)s;
+    (void)c;
+    (void)k;
+    (void)now;
+    return UINT64_MAX;
+}
+
+/* The socket is the connection's: conn_close closes it. */
+static void plain_end(session_t *s, conn_t *k)
+{
+    (void)s;
+    (void)k;
+}
+
+static const session_ops_t plain_ops = {
+    .name = "plain",
+    .send = plain_send,
+    .recv = plain_recv,
+    .claim = NULL,
+    .poll = plain_poll,
+    .wake = plain_wake,
+    .end = plain_end,
+};
+
+/* Puts `s` in front of k's sessions (the plain one first of all). ZPS_ENOMEM when full. */
+int conn_add_session(conn_t *k, session_t *s)
+{
+    if (k->nsessions == 0) {
+        k->plain.ops = &plain_ops;
+        k->sessions[k->nsessions++] = &k->plain;
+    }
+    if (!s || s == &k->plain)
+        return 0;
+    if (k->nsessions == CONN_MAX_SESSIONS)
+        return ZPS_ENOMEM;
+    memmove(&k->sessions[1], &k->sessions[0], k->nsessions * sizeof(k->sessions[0]));
+    k->sessions[0] = s;
+    k->nsessions++;
+    return 0;
 }
 
 int zps_client_check_endpoint(const char *endpoint, char *why, size_t why_size)

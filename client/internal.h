@@ -5,12 +5,12 @@
  * A client holds one conn_t per shard. Its parts and the room that owns each:
  *   conn.c       the DEALER socket to the server and its monitor (up, drops,
  *                connect_errno, auth_failed): opened, read, replaced
- *   sealed.c     the sealed session (seal_*, dsock, dmon)
- *   shm.c        the shared-memory session (shm_*)
+ *   sealed.c     the sealed session: its own struct, private to it
+ *   shm.c        the shared-memory session: likewise
  *   heartbeat.c  the heartbeat thread and its own sockets
- *   call.c       the call in progress (req, payload, pending, reply,
- *                outcome): begin, send, take replies, resend, wait logs,
- *                and the zero-copy count; the last error
+ *   call.c       the call engine: begin, send through the sessions, take
+ *                replies, resend, wait logs; the zero-copy count and the
+ *                last error
  *   slices.c     a vector cut into the shards' slices: checksums, the
  *                finite check, bfloat16 narrowing with error feedback
  *   config.c     the shards' configuration fingerprints and the INIT probe
@@ -25,11 +25,9 @@
 #include <stdint.h>
 #include <zmq.h>
 
-#include "seal.h"
 #include "wire.h"
 #include "zps/zps.h"
 
-#define SEAL_CONNECT_MS 3000 /* a sealed socket not reached by then is given up (CURVE alone) */
 /*
  * The largest frame a client takes from a server's socket (ZMQ_MAXMSGSIZE;
  * a larger one ends the connection before it is allocated): a header with
@@ -39,86 +37,122 @@
  */
 #define REPLY_FRAME_MAX ((int64_t)16 << 20)
 
-typedef struct conn {
+/*
+ * ---- sessions ----
+ *
+ * A session carries a connection's requests and brings back their replies:
+ * the plain socket (conn.c), the sealed session (sealed.c), the shared-
+ * memory session (shm.c), or a test's. A connection offers each request to
+ * its sessions in order (conn_t.sessions; the plain socket is last and
+ * takes everything), reads replies from each, and polls what each asks
+ * for. A session learns that its connection dropped from conn_t.drops,
+ * which only conn.c writes, and ends itself then: nothing else ends it.
+ * Its own ends, which may lose what was sent on it, it counts in `lost`:
+ * the call engine sends a request that is still unanswered again at once.
+ */
+#define SESSION_PASS 1      /* send: not this session's to carry, ask the next */
+#define SESSION_MAX_ITEMS 2 /* poll items a session adds at most */
+#define CONN_MAX_SESSIONS 4
+
+typedef struct conn conn_t;
+typedef struct session session_t;
+
+typedef struct session_ops {
+    const char *name;
+    /*
+     * Sends k's request in progress (k->req as `h`, a copy the session may
+     * change; k->payload, k->count) without blocking. Returns 0 (sent),
+     * ZPS_EAGAIN (not now: nothing was sent, no payload is held; tried again
+     * soon), SESSION_PASS (not this session's to carry) or another ZPS_E*
+     * code (the call fails). It may send requests of its own first.
+     */
+    int (*send)(session_t *s, zps_client_t *c, conn_t *k, zps_header_t *h);
+    /*
+     * Takes one message off this session's own sockets without blocking: 0
+     * or a ZPS_E* code of a bad message, with *m to close; ZPS_EAGAIN when
+     * none is waiting; ZPS_ESOCKET when receiving failed (*m untouched).
+     * What concerns only the session it deals with itself and reads on.
+     */
+    int (*recv)(session_t *s, zps_client_t *c, conn_t *k, zps_message_t *m);
+    /* A message session `from` received: true when it was this session's
+     * own (an answer to what it asked); the caller closes it. May be NULL. */
+    bool (*claim)(session_t *s, zps_client_t *c, conn_t *k, const session_t *from,
+                  zps_message_t *m);
+    /* What to poll while a request is pending: up to SESSION_MAX_ITEMS, their count. */
+    size_t (*poll)(session_t *s, conn_t *k, zmq_pollitem_t *items);
+    /* Reads what has happened (its events, its deadlines) while k's request
+     * is pending; returns when it next needs a look (UINT64_MAX: never). */
+    uint64_t (*wake)(session_t *s, zps_client_t *c, conn_t *k, uint64_t now);
+    /* Ends it for good and frees it: the client is being freed (before its context). */
+    void (*end)(session_t *s, conn_t *k);
+} session_ops_t;
+
+struct session {
+    const session_ops_t *ops;
+    unsigned lost; /* its ends that may have lost what was sent on it (written by it) */
+};
+
+/*
+ * One server. Each group of fields is written by the one room named above
+ * it; the others only read it. The request in progress is prepared between
+ * call_begin and call_exchange by the verb making the call (client.c, with
+ * slices.c and config.c); during call_exchange only call.c writes it.
+ */
+struct conn {
+    /* conn.c: the connection to the server and its monitor */
     char *endpoint;
     void *sock;
-    void *mon;              /* PAIR socket receiving sock's monitor events, or NULL */
-    unsigned mon_gen;       /* makes each monitor's inproc address unique */
-    bool up;                /* a ZMTP handshake with the peer succeeded and it has not gone */
-    bool up_in_call;        /* up at some moment of the call in progress */
-    bool tcp_seen;          /* a transport connection was made on this socket */
-    bool retried;           /* monitor: a connection attempt failed since the last one made
-                             * (ZMQ_EVENT_CONNECT_RETRIED), its reason not looked at yet */
-    int connect_errno;      /* why the last attempt failed (ECONNREFUSED, ...), or 0 */
-    bool refusal_logged;    /* the wait for this failure has been logged */
-    unsigned drops;         /* connections of this socket that ended (monitor: DISCONNECTED) */
-    unsigned drops_at_send; /* drops when the request in progress was last sent */
-    int auth_failed;        /* the handshake failure (a ZMQ_EVENT_HANDSHAKE_FAILED_* event)
-                             * reported since this socket's last successful handshake, or 0:
-                             * libzmq may not try again after one, so it is kept */
-    uint64_t version;       /* model version of this shard's last pull reply (a push's base) */
+    void *mon;           /* PAIR socket receiving sock's monitor events, or NULL */
+    unsigned mon_gen;    /* makes each monitor's inproc address unique */
+    bool up;             /* a ZMTP handshake with the peer succeeded and it has not gone */
+    unsigned handshakes; /* ZMTP handshakes that succeeded on this connection */
+    unsigned connects;   /* transport connections made */
+    bool tcp_seen;       /* a transport connection was made on this socket */
+    bool retried;        /* monitor: a connection attempt failed since the last one made
+                          * (ZMQ_EVENT_CONNECT_RETRIED), its reason not looked at yet */
+    int connect_errno;   /* why the last attempt failed (ECONNREFUSED, ...), or 0 */
+    unsigned drops;      /* connections of this socket that ended (monitor: DISCONNECTED, or
+                          * replaced by conn_reset): the server ended its sessions with each */
+    int auth_failed;     /* the handshake failure (a ZMQ_EVENT_HANDSHAKE_FAILED_* event)
+                          * reported since this socket's last successful handshake, or 0:
+                          * libzmq may not try again after one, so it is kept */
+    session_t plain;     /* the socket itself as a session: the last one, takes everything */
+
+    /* client.c (zps_client_new, and a test through conn_add_session) */
+    session_t *sessions[CONN_MAX_SESSIONS]; /* in the order a request is offered to them */
+    size_t nsessions;
+    session_t *shm;    /* shm.c's session, or NULL (not asked for) */
+    session_t *sealed; /* sealed.c's session, or NULL (no CURVE, not tcp://, --no-seal) */
+    uint64_t version;  /* model version of this shard's last pull reply (a push's base) */
+    bool took;         /* after a push: this shard took it (call_begin clears it) */
+
+    /* config.c */
     uint64_t fingerprint; /* configuration fingerprint of its last reply that was read (0: none) */
     bool refuses;         /* INIT: its probe said it will refuse (another shard, another N) */
 
-    /* The sealed session (common/seal.h): asked for over sock at the first
-     * send, then requests go sealed over dsock. It ends when sock's
-     * connection does (the server wipes it then) or the server says it does
-     * not know it; the next send asks again. */
-    int seal_state;           /* SEAL_* */
-    uint64_t seal_request_id; /* the SESSION request asked (SEAL_ASKED) */
-    zps_seal_t seal;          /* SEAL_ON: the session */
-    void *dsock;              /* SEAL_ON: DEALER to the server's sealed socket */
-    void *dmon;               /* dsock's monitor (its drops count in `drops`) */
-    bool seal_tcp;            /* dsock has made a TCP connection */
-    uint64_t seal_wait_ns;    /* the first sealed send while dsock had none, or 0 */
-    long seal_port;           /* the sealed socket's port */
+    /* slices.c */
+    uint16_t *narrow;  /* wire_bf16: the bfloat16 slice of the push in progress */
+    size_t narrow_cap; /* its elements */
 
-    /* The shared-memory session (server/shm.h): asked for over sock at the
-     * first send once the model exists, then pushes and pulls carry only
-     * headers. It ends when sock's connection drops (the server ends it
-     * then) or the server says it has none. */
-    int shm_state;           /* SHM_* */
-    uint64_t shm_request_id; /* the SHM request asked (SHM_ASKED) */
-    unsigned shm_drops;      /* drops when it was granted */
-    unsigned char *shm_base; /* SHM_ON: the mapped segment */
-    size_t shm_size;
-    uint64_t shm_len; /* the shard's elements */
-    uint32_t shm_nbufs;
-    uint64_t shm_stride, shm_buf_offset;
-    float *shm_slot;         /* this worker's gradient slot */
-    uint64_t shm_written_id; /* the request whose payload is in the slot */
-
-    /* The request of the call in progress. */
+    /* the request of the call in progress (prepared by the verb, then call.c's) */
     zps_header_t req;
     const void *payload; /* slice to send (float32, or bfloat16 with ZPS_FLAG_BF16), or NULL */
     size_t count;        /* its elements */
-    uint16_t *narrow;    /* wire_bf16: the bfloat16 slice of the push in progress */
-    size_t narrow_cap;   /* its elements */
     bool active;         /* takes part in the call in progress */
-    bool pending;        /* no reply yet */
+
+    /* call.c (the verbs read the reply, and close it once read) */
+    bool pending;           /* no reply yet */
+    bool was_up;            /* up when the call began */
+    unsigned handshakes_at; /* handshakes when the call began */
+    unsigned drops_at_send; /* drops and sessions' losses when the request was last sent */
+    unsigned lost_seen;     /* sessions' losses the engine has answered (by sending again) */
+    unsigned logged_at;     /* connects + 1 when a failed attempt was last logged; 0: never */
     uint64_t resend_at_ns;
     int backoff_ms;
     zps_message_t reply;
     bool have_reply;
     int outcome; /* after an exchange: 0 (answered OK), or why not (a ZPS_E* code; ZPS_EREMOTE:
                   * refused, the reply says why) */
-    bool took;   /* after a push: this shard took it */
-} conn_t;
-
-enum {
-    SHM_OFF,     /* not a worker, or not asked for */
-    SHM_WANTED,  /* asked for at the next send */
-    SHM_ASKED,   /* an SHM request is out */
-    SHM_ON,      /* granted and mapped */
-    SHM_REFUSED, /* the server grants none, or it is not on this host */
-};
-
-enum {
-    SEAL_OFF,     /* no CURVE, not tcp://, or --no-seal: never asked */
-    SEAL_WANTED,  /* asked for at the next send */
-    SEAL_ASKED,   /* a SESSION request is out */
-    SEAL_ON,      /* granted: requests go sealed over dsock */
-    SEAL_REFUSED, /* the server grants none: CURVE alone */
 };
 
 /* The background thread that keeps a worker from being evicted while it computes. */
@@ -158,32 +192,29 @@ struct zps_client {
     int remote_status;
 };
 
-/* conn.c: the connection to one server and its monitor. */
+/* conn.c: the connection to one server and its monitor, and the plain session. */
 int conn_open(zps_client_t *c, conn_t *k);
 void conn_reset(zps_client_t *c, conn_t *k);
-void conn_close_monitor(conn_t *k);
+void conn_close(conn_t *k);
 void conn_read_monitor(conn_t *k);
+uint16_t conn_monitor_event(void *mon);
+int conn_failed_attempt(conn_t *k);
+int conn_send_header(conn_t *k, zps_header_t *h);
+int conn_add_session(conn_t *k, session_t *s);
 void *conn_attach_monitor(zps_client_t *c, conn_t *k, void *sock, int events);
 void conn_allow_ipv6(void *sock, const char *endpoint);
 int conn_secure(const zps_client_t *c, void *sock);
 void conn_why_unanswered(const char *endpoint, char *buf, size_t size);
-int conn_connect_reason(const char *endpoint, int ms);
 void conn_connect_words(int e, char *buf, size_t size);
 
-/* sealed.c: the sealed session. */
-void seal_end(conn_t *k);
-void seal_check_reached(conn_t *k, uint64_t now);
-void seal_ask(zps_client_t *c, conn_t *k);
-void seal_granted(zps_client_t *c, conn_t *k, zps_message_t *m);
-struct zps_seal *seal_find(void *arg, const unsigned char *id, zps_peer_t *peer);
+/* sealed.c: the sealed session, or NULL when this connection has none (or no memory). */
+session_t *sealed_new(const zps_client_t *c, const conn_t *k);
 
-/* shm.c: the shared-memory session. */
-void shm_end(conn_t *k);
-void shm_ask(zps_client_t *c, conn_t *k);
-void shm_granted(zps_client_t *c, conn_t *k, zps_message_t *m);
-void shm_give_up(conn_t *k, const char *why);
-bool shm_use(conn_t *k);
-int shm_copy(zps_client_t *c, conn_t *k, float *dst);
+/* shm.c: the shared-memory session, or NULL when this connection has none (or no memory). */
+session_t *shm_new(const zps_client_t *c);
+bool shm_can_stage(const session_t *s, size_t count);
+uint32_t shm_stage(session_t *s, const float *v, size_t count, uint64_t request_id, size_t *bad);
+int shm_copy(session_t *s, zps_client_t *c, conn_t *k, float *dst);
 
 /* heartbeat.c */
 int heartbeat_start(zps_client_t *c);
@@ -191,6 +222,7 @@ void heartbeat_stop(zps_client_t *c);
 
 /* call.c: the call in progress. */
 __attribute__((format(printf, 2, 3))) void client_set_error(zps_client_t *c, const char *fmt, ...);
+zps_wire_free_fn *call_lend_payload(zps_client_t *c);
 void call_begin(zps_client_t *c, enum zps_msg_type type);
 int call_exchange(zps_client_t *c, bool all);
 void call_collect_info(zps_client_t *c, zps_reply_info_t *info);

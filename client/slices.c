@@ -30,8 +30,9 @@ void slices_attach(zps_client_t *c, const float *v, uint64_t n)
 /* Refuses a call whose value `bad` of shard k's slice is not finite (nothing is sent). */
 static int refuse_nonfinite(zps_client_t *c, const conn_t *k, const char *what, size_t bad)
 {
-    client_set_error(c, "%s %llu is %g: nothing was sent", what, (unsigned long long)(k->req.offset + bad),
-              (double)((const float *)k->payload)[bad]);
+    client_set_error(c, "%s %llu is %g: nothing was sent", what,
+                     (unsigned long long)(k->req.offset + bad),
+                     (double)((const float *)k->payload)[bad]);
     return ZPS_ENONFINITE;
 }
 
@@ -48,11 +49,9 @@ int slices_sum(zps_client_t *c, const char *what)
         conn_t *k = &c->conns[i];
         const float *v = k->payload;
         size_t bad;
-        if (k->req.type == ZPS_MSG_PUSH && k->shm_state == SHM_ON && k->count == k->shm_len) {
-            /* Into the shared-memory slot in the same pass (shm_use). */
-            float mx;
-            k->req.checksum = zps_crc_copy_out_scan_max(k->shm_slot, v, k->count, &bad, &mx);
-            k->shm_written_id = bad < k->count ? 0 : k->req.request_id;
+        if (k->req.type == ZPS_MSG_PUSH && shm_can_stage(k->shm, k->count)) {
+            /* Into the shared-memory slot in the same pass (shm.c). */
+            k->req.checksum = shm_stage(k->shm, v, k->count, k->req.request_id, &bad);
         } else {
             k->req.checksum = zps_crc_scan(v, k->count, &bad);
         }
