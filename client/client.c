@@ -6,6 +6,7 @@
  */
 #include "internal.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -21,9 +22,47 @@ int zps_abi_version(void)
     return ZPS_ABI_VERSION;
 }
 
+/*
+ * The structs a caller hands in, as ABI 1 has them: a caller's `size`
+ * below these is refused. Fields added later go at their ends; a caller
+ * built before them has a smaller `size`, and its missing fields read as
+ * their defaults.
+ */
+#define OPTS_V1_SIZE (offsetof(zps_client_opts_t, curve_server_key) + 32)
+#define INFO_V1_SIZE (offsetof(zps_reply_info_t, leases) + ZPS_CLIENT_MAX_LEASES * 8)
+#define LEASE_V1_SIZE (offsetof(zps_lease_req_t, done) + 8)
+
+/* What fits of src[sizeof] into a caller's struct of `size` bytes, whose size field stays. */
+static void copy_out(void *dst, size_t size, const void *src, size_t full)
+{
+    memcpy((char *)dst + sizeof(size_t), (const char *)src + sizeof(size_t),
+           (size < full ? size : full) - sizeof(size_t));
+}
+
+/* A caller's struct of `size` bytes into ours of `full` (defaults already there). */
+static void copy_in(void *dst, size_t full, const void *src, size_t size)
+{
+    memcpy((char *)dst + sizeof(size_t), (const char *)src + sizeof(size_t),
+           (size < full ? size : full) - sizeof(size_t));
+}
+
+/* A caller's reply info, checked before a call sends anything (NULL: none wanted). */
+static int info_ok(const zps_reply_info_t *info)
+{
+    return !info || info->size >= INFO_V1_SIZE ? 0 : ZPS_EINVAL;
+}
+
+/* What a call found, into the caller's reply info (as much of it as its size holds). */
+static void info_out(zps_reply_info_t *info, const zps_reply_info_t *full)
+{
+    if (info)
+        copy_out(info, info->size, full, sizeof(*full));
+}
+
 void zps_client_opts_default(zps_client_opts_t *opts)
 {
     memset(opts, 0, sizeof(*opts));
+    opts->size = sizeof(*opts);
     opts->worker = -1;
     opts->observe = false;
     opts->timeout_ms = 30000;
@@ -67,15 +106,14 @@ void zps_client_opts_clear(zps_client_opts_t *opts)
 int zps_client_new(const char *const *endpoints, size_t count, const zps_client_opts_t *opts,
                    zps_client_t **out)
 {
-    if (count == 0 || count > 65536)
+    if (count == 0 || count > 65536 || (opts && opts->size < OPTS_V1_SIZE))
         return ZPS_EINVAL;
     zps_client_t *c = calloc(1, sizeof(*c));
     if (!c)
         return ZPS_ENOMEM;
+    zps_client_opts_default(&c->opts);
     if (opts)
-        c->opts = *opts;
-    else
-        zps_client_opts_default(&c->opts);
+        copy_in(&c->opts, sizeof(c->opts), opts, opts->size);
     if (!c->opts.keep_malloc)
         zps_wire_tune_malloc();
     pthread_mutex_init(&c->mu, NULL);
@@ -179,9 +217,12 @@ int zps_client_set_lease(zps_client_t *c, const zps_lease_req_t *req)
         c->lease_set = false;
         return 0;
     }
-    if (req->nhave > ZPS_CLIENT_MAX_LEASES || req->want > ZPS_CLIENT_MAX_LEASES)
+    if (req->size < LEASE_V1_SIZE || req->nhave > ZPS_CLIENT_MAX_LEASES ||
+        req->want > ZPS_CLIENT_MAX_LEASES)
         return ZPS_EINVAL;
-    c->lease = *req;
+    memset(&c->lease, 0, sizeof(c->lease));
+    copy_in(&c->lease, sizeof(c->lease), req, req->size);
+    c->lease.size = sizeof(c->lease);
     c->lease_set = true;
     return 0;
 }
@@ -333,10 +374,15 @@ static int pull_once(zps_client_t *c, uint64_t clock, float *out, uint64_t n,
  * socket: a pull changes nothing at the server. */
 int zps_client_pull(zps_client_t *c, uint64_t clock, float *out, uint64_t n, zps_reply_info_t *info)
 {
-    if (n == 0 || !out)
+    if (n == 0 || !out || info_ok(info))
         return ZPS_EINVAL;
-    int rc = pull_once(c, clock, out, n, info);
-    return rc == ZPS_ESHM ? pull_once(c, clock, out, n, info) : rc;
+    zps_reply_info_t full = {.size = sizeof(full)};
+    zps_reply_info_t *fi = info ? &full : NULL;
+    int rc = pull_once(c, clock, out, n, fi);
+    if (rc == ZPS_ESHM)
+        rc = pull_once(c, clock, out, n, fi);
+    info_out(info, &full);
+    return rc;
 }
 
 static int pull_alloc_once(zps_client_t *c, uint64_t clock, float **out, uint64_t *n,
@@ -372,8 +418,15 @@ static int pull_alloc_once(zps_client_t *c, uint64_t clock, float **out, uint64_
 int zps_client_pull_alloc(zps_client_t *c, uint64_t clock, float **out, uint64_t *n,
                           zps_reply_info_t *info)
 {
-    int rc = pull_alloc_once(c, clock, out, n, info);
-    return rc == ZPS_ESHM ? pull_alloc_once(c, clock, out, n, info) : rc;
+    if (info_ok(info))
+        return ZPS_EINVAL;
+    zps_reply_info_t full = {.size = sizeof(full)};
+    zps_reply_info_t *fi = info ? &full : NULL;
+    int rc = pull_alloc_once(c, clock, out, n, fi);
+    if (rc == ZPS_ESHM)
+        rc = pull_alloc_once(c, clock, out, n, fi);
+    info_out(info, &full);
+    return rc;
 }
 
 /*
@@ -441,11 +494,9 @@ static int prepare_push(zps_client_t *c, uint64_t clock, const float *grad, uint
     return 0;
 }
 
-int zps_client_push(zps_client_t *c, uint64_t clock, const float *grad, uint64_t n, uint32_t batch,
-                    zps_reply_info_t *info)
+static int push(zps_client_t *c, uint64_t clock, const float *grad, uint64_t n, uint32_t batch,
+                zps_reply_info_t *info)
 {
-    if (n == 0 || !grad)
-        return ZPS_EINVAL;
     int rc = prepare_push(c, clock, grad, n, batch, 0);
     if (rc)
         return rc;
@@ -465,11 +516,9 @@ int zps_client_push(zps_client_t *c, uint64_t clock, const float *grad, uint64_t
     return rc;
 }
 
-int zps_client_exchange(zps_client_t *c, uint64_t clock, const float *grad, uint64_t n,
-                        uint32_t batch, float *out, zps_reply_info_t *info)
+static int exchange(zps_client_t *c, uint64_t clock, const float *grad, uint64_t n, uint32_t batch,
+                    float *out, zps_reply_info_t *info)
 {
-    if (n == 0 || !grad || !out || clock == UINT64_MAX)
-        return ZPS_EINVAL;
     int rc = prepare_push(c, clock, grad, n, batch, ZPS_FLAG_EXCHANGE);
     if (rc)
         return rc;
@@ -497,6 +546,28 @@ int zps_client_exchange(zps_client_t *c, uint64_t clock, const float *grad, uint
     /* The push is taken; the parameters it brought back could not be had from shared memory
      * (shm_copy): the pull of the next clock again, over the socket (info stays the exchange's). */
     return rc == ZPS_ESHM ? pull_once(c, clock + 1, out, n, NULL) : rc;
+}
+
+int zps_client_push(zps_client_t *c, uint64_t clock, const float *grad, uint64_t n, uint32_t batch,
+                    zps_reply_info_t *info)
+{
+    if (n == 0 || !grad || info_ok(info))
+        return ZPS_EINVAL;
+    zps_reply_info_t full = {.size = sizeof(full)};
+    int rc = push(c, clock, grad, n, batch, info ? &full : NULL);
+    info_out(info, &full);
+    return rc;
+}
+
+int zps_client_exchange(zps_client_t *c, uint64_t clock, const float *grad, uint64_t n,
+                        uint32_t batch, float *out, zps_reply_info_t *info)
+{
+    if (n == 0 || !grad || !out || clock == UINT64_MAX || info_ok(info))
+        return ZPS_EINVAL;
+    zps_reply_info_t full = {.size = sizeof(full)};
+    int rc = exchange(c, clock, grad, n, batch, out, info ? &full : NULL);
+    info_out(info, &full);
+    return rc;
 }
 
 bool zps_client_push_taken(const zps_client_t *c, size_t index)

@@ -428,7 +428,7 @@ static int cmd_push(zps_client_t *c, const args_t *a)
     int ex = get_values(a, &v, &n);
     if (ex)
         return ex;
-    zps_reply_info_t info;
+    zps_reply_info_t info = ZPS_REPLY_INFO_INIT;
     int rc = zps_client_push(c, a->clock, v, n, (uint32_t)a->batch, &info);
     free(v);
     if (rc)
@@ -446,7 +446,7 @@ static int cmd_pull(zps_client_t *c, const args_t *a)
 {
     float *v;
     uint64_t n;
-    zps_reply_info_t info;
+    zps_reply_info_t info = ZPS_REPLY_INFO_INIT;
     int rc = zps_client_pull_alloc(c, a->clock, &v, &n, &info);
     if (rc)
         return fail(c, rc);

@@ -892,7 +892,8 @@ static int train_shared(trainer_t *T, zps_client_t *client)
     float *params = zps_backend_params(T->be);
     uint64_t n = T->model.nparams;
     uint64_t B = zps_shared_batches_per_epoch(&T->part);
-    zps_lease_req_t lr = {.examples = T->train.n,
+    zps_lease_req_t lr = {.size = sizeof(zps_lease_req_t),
+                          .examples = T->train.n,
                           .batch = cfg->batch,
                           .epochs = (uint32_t)cfg->epochs,
                           .want = SHARED_LEASES};
@@ -902,8 +903,7 @@ static int train_shared(trainer_t *T, zps_client_t *client)
     /* Pulls in a row whose reply carried no leases (one made again over
      * the socket after shared memory failed): asked again, a few times. */
     int unanswered = 0;
-    zps_reply_info_t info;
-    memset(&info, 0, sizeof(info));
+    zps_reply_info_t info = ZPS_REPLY_INFO_INIT;
     int rc;
     uint64_t t = 0;
     for (;;) {
@@ -946,7 +946,7 @@ static int train_shared(trainer_t *T, zps_client_t *client)
         if ((rc = train_batch(T, nb, t, &r)) != 0)
             return rc;
         inject_delay(T, t, ms_since(t1), &r);
-        zps_reply_info_t pinfo;
+        zps_reply_info_t pinfo = ZPS_REPLY_INFO_INIT;
         ask_leases(client, &lr, q, nq, 1, g + 1);
         if ((rc = send_gradient(T, client, t, cfg->exchange, nb, &pinfo, &r)) != 0)
             return rc;
@@ -1039,8 +1039,7 @@ static int run_distributed(trainer_t *T)
     /* With one exchange per clock, the exchange of clock t brings the
      * model of t + 1: `have` says params already hold this clock's. */
     bool have = false;
-    zps_reply_info_t info;
-    memset(&info, 0, sizeof(info));
+    zps_reply_info_t info = ZPS_REPLY_INFO_INIT;
     for (uint64_t t = 0; t < T->clocks; t++) {
         uint64_t t0 = zps_now_ns();
         zps_step_record_t r = {.clock = t};
@@ -1069,7 +1068,7 @@ static int run_distributed(trainer_t *T)
         if ((rc = train_batch(T, nb, t, &r)) != 0)
             goto done;
         inject_delay(T, t, ms_since(t1), &r);
-        zps_reply_info_t pinfo;
+        zps_reply_info_t pinfo = ZPS_REPLY_INFO_INIT;
         bool exchange = cfg->exchange && t + 1 < T->clocks;
         if ((rc = send_gradient(T, client, t, exchange, nb, &pinfo, &r)) != 0)
             goto done;
@@ -1174,7 +1173,8 @@ static int run_evaluator(trainer_t *T)
     zps_info("evaluator: the model of every %llu clocks and of clock %llu, as an observer",
              (unsigned long long)every, (unsigned long long)T->clocks);
     T->loop_ns = zps_now_ns();
-    observe_job_t job = {.client = client,
+    observe_job_t job = {.info = ZPS_REPLY_INFO_INIT,
+                         .client = client,
                          .clock = every < T->clocks ? every : T->clocks,
                          .last = T->clocks,
                          .shared = T->shared,

@@ -55,9 +55,13 @@
  * routes them elsewhere.
  *
  * Versions: ZPS_ABI_VERSION is the library's SOVERSION (libzps.so.N); it
- * changes when a struct below changes layout or a function its meaning.
- * zps_abi_version() says which one the loaded library is: a binding checks
- * that it equals the ZPS_ABI_VERSION it was built with.
+ * changes when a function changes its meaning or a struct below changes
+ * the layout of what it has. zps_abi_version() says which one the loaded
+ * library is: a binding checks that it equals the ZPS_ABI_VERSION it was
+ * built with. The two structs a caller hands in, zps_client_opts_t and
+ * zps_reply_info_t, start with their `size` as the caller knows it:
+ * later versions of the library only add fields at their end, read and
+ * write no byte past `size`, and take a missing option as its default.
  *
  * Not here: the message bytes (common/wire.h, docs/protocol.md); what a
  * server does with each request and when a pull is allowed (server/,
@@ -106,6 +110,8 @@ ZPS_API void zps_set_log_level(enum zps_log_level level);
 typedef struct zps_client zps_client_t;
 
 typedef struct zps_client_opts {
+    size_t size;      /* sizeof(zps_client_opts_t) as the caller was built: zps_client_opts_default
+                       * sets it; smaller than this version's first struct is ZPS_EINVAL */
     int worker;       /* this process's rank, or -1 for tools and observers */
     bool observe;     /* worker -1: a pull for clock t is answered with the model of clock t
                        * once it exists (BSP: version t; SSP/ASP: every worker has pushed every
@@ -177,7 +183,7 @@ typedef struct zps_client_opts {
 } zps_client_opts_t;
 
 /* worker -1, timeout 30 s, retry 1 s, heartbeat 1 s (only used when worker >= 0),
- * wait log after 10 s and then every 30 s, no CURVE. */
+ * wait log after 10 s and then every 30 s, no CURVE; and `size`. */
 ZPS_API void zps_client_opts_default(zps_client_opts_t *opts);
 
 /*
@@ -250,6 +256,7 @@ ZPS_API int zps_client_init(zps_client_t *c, const float *values, uint64_t n);
  * (N examples, b per batch, E epochs; B = ceil(N / b)).
  */
 typedef struct zps_lease_req {
+    size_t size;       /* sizeof(zps_lease_req_t) as the caller was built */
     uint64_t examples; /* the plan: N */
     uint32_t batch;    /*   b */
     uint32_t epochs;   /*   E */
@@ -264,7 +271,7 @@ typedef struct zps_lease_req {
  * `req` to shard 0 (copied; NULL clears it): a pull or an exchange asks for
  * leases (the answer in zps_reply_info_t), a push or an exchange names the
  * batch it completes. Used by that one call. Returns 0, or ZPS_EINVAL for
- * more than ZPS_CLIENT_MAX_LEASES leases.
+ * more than ZPS_CLIENT_MAX_LEASES leases or a `size` too small.
  */
 ZPS_API int zps_client_set_lease(zps_client_t *c, const zps_lease_req_t *req);
 
@@ -278,9 +285,15 @@ ZPS_API int zps_client_finish(zps_client_t *c);
 /*
  * What the servers' replies said about the model's state. The numbers are
  * combined over the shards as each field says; a boolean is true when at
- * least one shard said so.
+ * least one shard said so. The caller sets `size` before the call (in C:
+ * `zps_reply_info_t info = ZPS_REPLY_INFO_INIT;`); a call given one with a
+ * `size` too small for this version's first struct returns ZPS_EINVAL and
+ * sends nothing. A call writes it on every return but ZPS_EINVAL (zeros
+ * where no shard's reply said anything); it means something after a 0, and
+ * after ZPS_EPARTIAL from a push or an exchange.
  */
 typedef struct zps_reply_info {
+    size_t size;               /* sizeof(zps_reply_info_t) as the caller was built */
     uint64_t min_version;      /* lowest model version among the shards */
     uint64_t max_version;      /* highest model version among the shards */
     uint64_t min_clock;        /* lowest min_clock among the shards */
@@ -303,6 +316,8 @@ typedef struct zps_reply_info {
     uint32_t nleases;
     uint64_t leases[ZPS_CLIENT_MAX_LEASES];
 } zps_reply_info_t;
+
+#define ZPS_REPLY_INFO_INIT {.size = sizeof(zps_reply_info_t)}
 
 /*
  * Pulls the parameters for clock `clock` into out[n], where n is the model

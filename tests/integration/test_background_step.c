@@ -116,6 +116,7 @@ static void *exchange_thread(void *p)
     exchange_arg_t *a = p;
     float g[N];
     grad_of(a->worker, a->clock, g);
+    a->info = (zps_reply_info_t)ZPS_REPLY_INFO_INIT;
     a->rc = zps_client_exchange(a->c, a->clock, g, N, 1, a->got, &a->info);
     a->done_ns = zps_now_ns();
     return NULL;
@@ -222,7 +223,7 @@ static void test_served_while_stepping(void **state)
     assert_true(seen >= 1);
     /* An observer's pull sent during the step is answered after it, with its result. */
     float pulled[N];
-    zps_reply_info_t pi;
+    zps_reply_info_t pi = ZPS_REPLY_INFO_INIT;
     assert_int_equal(zps_client_pull(r.obs, 0, pulled, N, &pi), 0);
     uint64_t pulled_ns = zps_now_ns();
     assert_int_equal(pi.min_version, 1);
@@ -292,7 +293,7 @@ static void test_sigterm_waits(void **state)
     start(&srv, "0", dir, true);
     zps_client_t *obs = client(&srv, -1);
     float pulled[N];
-    zps_reply_info_t pi;
+    zps_reply_info_t pi = ZPS_REPLY_INFO_INIT;
     assert_int_equal(zps_client_pull(obs, 0, pulled, N, &pi), 0);
     assert_int_equal(pi.min_version, 1);
     assert_memory_equal(pulled, r.want, sizeof(r.want));
@@ -329,7 +330,7 @@ static void test_asp_apply_off_loop(void **state)
 
     /* A push whose step would overflow: refused whole, off the loop as well. */
     float huge[N] = {3e38f, 0, 0, 0, 0, 0};
-    zps_reply_info_t info;
+    zps_reply_info_t info = ZPS_REPLY_INFO_INIT;
     assert_int_equal(zps_client_push(w, 1, huge, N, 1, &info), ZPS_EREMOTE);
     assert_int_equal(zps_client_last_remote_status(w), ZPS_ENONFINITE);
     float got[N];

@@ -194,7 +194,7 @@ static void *ref_worker(void *p)
     zps_client_t *cl = client(a->c, a->worker);
     float *g = malloc(RN * sizeof(float));
     for (uint64_t t = 0; t <= RCLOCKS && a->rc == 0; t++) {
-        zps_reply_info_t info;
+        zps_reply_info_t info = ZPS_REPLY_INFO_INIT;
         a->rc = zps_client_pull(cl, t, a->seen + t * RN, RN, &info);
         if (a->rc == 0 && (info.min_version != t || info.max_version != t)) {
             fprintf(stderr, "worker %d: pull for clock %llu answered at version %llu..%llu\n",
@@ -348,7 +348,7 @@ static void test_retry_and_gap(void **state)
     assert_int_equal(zps_client_last_remote_status(w1), ZPS_ESIZE);
 
     float g[3] = {1, 2, 3}, bogus[3] = {100, 100, 100};
-    zps_reply_info_t info;
+    zps_reply_info_t info = ZPS_REPLY_INFO_INIT;
     assert_int_equal(zps_client_push(w0, 0, g, 3, 1, &info), 0);
     assert_true(info.buffered);
     assert_int_equal(zps_client_push(w0, 0, bogus, 3, 1, &info), 0);

@@ -258,7 +258,7 @@ static void test_matching_shards(void **state)
     zps_client_t *cl = client(&c, 0);
     float v[4] = {1, 2, 3, 4}, g[4] = {2, 2, 2, 2}, got[4];
     assert_int_equal(zps_client_init(cl, v, 4), 0);
-    zps_reply_info_t info;
+    zps_reply_info_t info = ZPS_REPLY_INFO_INIT;
     assert_int_equal(zps_client_pull(cl, 0, got, 4, &info), 0);
     assert_int_equal(zps_client_push(cl, 0, g, 4, 1, &info), 0);
     assert_true(zps_client_push_taken(cl, 0) && zps_client_push_taken(cl, 1));
@@ -331,7 +331,7 @@ static void test_raw_fingerprint(void **state)
 
     zps_client_t *cl = client(&c, -1);
     float got[2];
-    zps_reply_info_t info;
+    zps_reply_info_t info = ZPS_REPLY_INFO_INIT;
     assert_int_equal(zps_client_pull(cl, 0, got, 2, &info), 0);
     assert_int_equal(info.min_version, 2);
     assert_true(got[0] == init[0] - 0.5f * g[0] - 0.5f * g[0]);
@@ -359,7 +359,7 @@ static void test_partial_push(void **state)
     expect_status(raw_call(&r, &h, g, 2), 0);
     raw_close(&r);
 
-    zps_reply_info_t info;
+    zps_reply_info_t info = ZPS_REPLY_INFO_INIT;
     assert_int_equal(zps_client_push(cl, 1, g, 4, 1, &info), ZPS_EPARTIAL);
     assert_true(zps_client_push_taken(cl, 0));
     assert_false(zps_client_push_taken(cl, 1));
@@ -399,7 +399,7 @@ static void test_nonfinite_refused_first(void **state)
     v[3] = 4;
     assert_int_equal(zps_client_init(cl, v, 4), 0);
     float g[4] = {1, 1, 1, NAN};
-    zps_reply_info_t info;
+    zps_reply_info_t info = ZPS_REPLY_INFO_INIT;
     assert_int_equal(zps_client_push(cl, 0, g, 4, 1, &info), ZPS_ENONFINITE);
     assert_contains(zps_client_last_error(cl), "gradient element 3");
     for (size_t i = 0; i < 2; i++)

@@ -109,7 +109,7 @@ static void honest_pull(zps_client_t *c)
 {
     float *got = malloc(N * sizeof(float));
     assert_non_null(got);
-    zps_reply_info_t info;
+    zps_reply_info_t info = ZPS_REPLY_INFO_INIT;
     assert_int_equal(zps_client_pull(c, 0, got, N, &info), 0);
     free(got);
 }
@@ -293,7 +293,7 @@ typedef struct pull_job {
 static void *pull_thread(void *arg)
 {
     pull_job_t *j = arg;
-    zps_reply_info_t info;
+    zps_reply_info_t info = ZPS_REPLY_INFO_INIT;
     j->rc = zps_client_pull(j->c, j->clock, j->out, N, &info);
     return NULL;
 }
@@ -325,7 +325,7 @@ static void test_stranger_pulls_released(void **state)
     assert_true(g && got);
     for (uint32_t i = 0; i < N; i++)
         g[i] = 1.0f;
-    zps_reply_info_t info;
+    zps_reply_info_t info = ZPS_REPLY_INFO_INIT;
     assert_int_equal(zps_client_push(w0, 0, g, N, 1, &info), 0);
 
     /* A stranger parks four pulls of clock 1 as worker 0 (they wait for
@@ -443,7 +443,7 @@ static void test_connection_flood(void **state)
     zps_client_t *fresh = client_for(&srv, -1);
     float *got = malloc(N * sizeof(float));
     assert_non_null(got);
-    zps_reply_info_t info;
+    zps_reply_info_t info = ZPS_REPLY_INFO_INIT;
     int rc = zps_client_pull(fresh, 0, got, N, &info);
     /* Every connection past the host's 64 is refused once the server has
      * accepted it, which a busy machine may not have done yet. */

@@ -68,7 +68,7 @@ static void start(harness_server_t *srv, const char **eps, const char *lambda)
 static void assert_params(zps_client_t *c, uint64_t clock, const double *want)
 {
     float got[N];
-    zps_reply_info_t info;
+    zps_reply_info_t info = ZPS_REPLY_INFO_INIT;
     assert_int_equal(zps_client_pull(c, clock, got, N, &info), 0);
     for (int i = 0; i < N; i++)
         if ((double)got[i] != want[i])
@@ -83,7 +83,7 @@ static void run(double lambda, const char *flag)
     start(srv, eps, flag);
     zps_client_t *c0 = client(eps, 0), *c1 = client(eps, 1);
     float p[N];
-    zps_reply_info_t info;
+    zps_reply_info_t info = ZPS_REPLY_INFO_INIT;
     double w[N], sent0[N], sent1[N];
     for (int i = 0; i < N; i++)
         w[i] = w0[i];

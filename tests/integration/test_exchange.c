@@ -115,7 +115,7 @@ static void test_bsp_exchange(void **state)
     pthread_t th[2];
     arg_t args[2];
     for (int w = 0; w < 2; w++) {
-        args[w] = (arg_t){.srv = srv, .worker = w, .rc = -1};
+        args[w] = (arg_t){.srv = srv, .worker = w, .info = ZPS_REPLY_INFO_INIT, .rc = -1};
         pthread_create(&th[w], NULL, exchange_worker, &args[w]);
     }
     for (int w = 0; w < 2; w++) {
@@ -145,7 +145,7 @@ static void test_bsp_exchange(void **state)
     c = client(srv, 2, 0);
     float g[N], again[N];
     grad_of(0, g);
-    zps_reply_info_t info;
+    zps_reply_info_t info = ZPS_REPLY_INFO_INIT;
     assert_int_equal(zps_client_exchange(c, 0, g, N, 1, again, &info), 0);
     assert_true(info.retried);
     assert_int_equal(info.min_version, 1);
@@ -178,7 +178,7 @@ static void test_asp_exchange(void **state)
     float w[N], g[N], got[N];
     assert_int_equal(zps_client_pull(c, 0, w, N, NULL), 0);
     grad_of(0, g);
-    zps_reply_info_t info;
+    zps_reply_info_t info = ZPS_REPLY_INFO_INIT;
     assert_int_equal(zps_client_exchange(c, 0, g, N, 1, got, &info), 0);
     for (int i = 0; i < N; i++)
         assert_true(got[i] == w0[i] - 0.5f * g[i]);
@@ -230,7 +230,7 @@ static void test_bf16_exchange(void **state)
         resid[i] = 0;
     }
     for (uint64_t t = 0; t < 3; t++) {
-        zps_reply_info_t info;
+        zps_reply_info_t info = ZPS_REPLY_INFO_INIT;
         assert_int_equal(zps_client_exchange(c, t, g, N, 1, got, &info), 0);
         for (int i = 0; i < N; i++) {
             /* Error feedback, by hand: the rounded sum goes, the rest stays. */

@@ -329,7 +329,7 @@ static void client_push(fuzz_t *f, long round)
         applied[s] = taken[s] && clock == f->ref.pushed[s];
         ntaken += taken[s];
     }
-    zps_reply_info_t info;
+    zps_reply_info_t info = ZPS_REPLY_INFO_INIT;
     int rc = zps_client_push(f->worker, clock, g, N, batch, &info);
     char what[160];
     snprintf(what, sizeof(what), "round %ld: push at clock %llu%s, shards' clocks %llu %llu %llu",

@@ -199,7 +199,7 @@ static void unread_replies_cost_their_rank(bool no_seal)
     assert_true(w && g && got);
     for (uint32_t i = 0; i < N; i++)
         g[i] = 1.0f;
-    zps_reply_info_t info;
+    zps_reply_info_t info = ZPS_REPLY_INFO_INIT;
     assert_int_equal(zps_client_init(w0, w, N), 0);
 
     void *ctx = zmq_ctx_new();
@@ -318,7 +318,7 @@ static void test_anonymous_flood_same_address(void **state)
     uint64_t start = zps_now_ns();
     for (int k = 0; k < PROBES; k++) {
         zps_client_t *p = admin_client(&srv, -1, 5000);
-        zps_reply_info_t info;
+        zps_reply_info_t info = ZPS_REPLY_INFO_INIT;
         served += zps_client_pull(p, 0, got, N, &info) == 0;
         zps_client_free(p);
         if (getenv("ZPS_TEST_VERBOSE"))

@@ -61,7 +61,7 @@ static void worker_process(const char *endpoint, int w, long step_ms)
         _exit(1);
     float p = 0, g = 0.001f;
     for (uint64_t t = 0;;) {
-        zps_reply_info_t info;
+        zps_reply_info_t info = ZPS_REPLY_INFO_INIT;
         if (zps_client_pull(c, t, &p, 1, &info) != 0)
             break;
         zps_sleep_ms(step_ms);

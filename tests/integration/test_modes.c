@@ -80,7 +80,7 @@ static void *worker(void *p)
     unsigned seed = (unsigned)(a->w * 7919 + 17);
     float params[N], g[N];
     for (uint64_t t = 0; t < CLOCKS; t++) {
-        zps_reply_info_t info;
+        zps_reply_info_t info = ZPS_REPLY_INFO_INIT;
         if ((a->rc = zps_client_pull(c, t, params, N, &info)) != 0) {
             snprintf(a->why, sizeof(a->why), "pull %llu: %s", (unsigned long long)t,
                      zps_client_last_error(c));
@@ -211,7 +211,7 @@ static void run_mode(run_t *r)
 
     /* The parameters: the same updates, in whatever order they came. */
     float got[N];
-    zps_reply_info_t info;
+    zps_reply_info_t info = ZPS_REPLY_INFO_INIT;
     assert_int_equal(zps_client_pull(c, 0, got, N, &info), 0);
     for (int i = 0; i < N; i++) {
         double want = p0[i];

@@ -53,7 +53,7 @@ static void test_bsp_mean_overflow(void **state)
     zps_client_t *c = worker_client(s.endpoint, 0);
 
     float w[2] = {10.0f, 1.0f}, got[2];
-    zps_reply_info_t info;
+    zps_reply_info_t info = ZPS_REPLY_INFO_INIT;
     assert_int_equal(zps_client_init(c, w, 2), 0);
     assert_int_equal(zps_client_pull(c, 0, got, 2, &info), 0);
     float huge[2] = {3e38f, 1.0f};
@@ -88,7 +88,7 @@ static void test_asp_step_overflow(void **state)
     zps_client_t *c = worker_client(s.endpoint, 0);
 
     float w[2] = {-1e38f, 1.0f}, got[2];
-    zps_reply_info_t info;
+    zps_reply_info_t info = ZPS_REPLY_INFO_INIT;
     assert_int_equal(zps_client_init(c, w, 2), 0);
     float huge[2] = {3e38f, 0.5f};
     assert_int_equal(zps_client_push(c, 0, huge, 2, 1, &info), ZPS_EREMOTE);

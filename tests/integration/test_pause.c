@@ -49,7 +49,7 @@ static void test_pause_keeps_buffered_push(void **state)
     zps_client_t *c1 = worker_client(s.endpoint, 1);
 
     float w = 10.0f, g0 = 2.0f, g1 = 4.0f, got = 0;
-    zps_reply_info_t info;
+    zps_reply_info_t info = ZPS_REPLY_INFO_INIT;
     assert_int_equal(zps_client_init(c0, &w, 1), 0);
     assert_int_equal(zps_client_pull(c0, 0, &got, 1, &info), 0);
     assert_int_equal(zps_client_pull(c1, 0, &got, 1, &info), 0);

@@ -88,7 +88,7 @@ static void *worker(void *p)
     float params[N], g[N];
     bool first = true;
     for (uint64_t t = 0; t < a->until;) {
-        zps_reply_info_t info;
+        zps_reply_info_t info = ZPS_REPLY_INFO_INIT;
         if ((a->rc = zps_client_pull(cl, t, params, N, &info)) != 0)
             break;
         if (info.next_clock > t) {
@@ -149,7 +149,7 @@ static void init_model(cluster_t *c)
 static void final_params(cluster_t *c, float *out)
 {
     zps_client_t *cl = tool(c);
-    zps_reply_info_t info;
+    zps_reply_info_t info = ZPS_REPLY_INFO_INIT;
     assert_int_equal(zps_client_pull(cl, 0, out, N, &info), 0);
     assert_int_equal(info.min_version, CLOCKS);
     assert_int_equal(info.max_version, CLOCKS);

@@ -103,7 +103,7 @@ static void test_observers_that_never_read(void **state)
     assert_true(w && g && got);
     for (uint32_t i = 0; i < N; i++)
         g[i] = 1.0f;
-    zps_reply_info_t info;
+    zps_reply_info_t info = ZPS_REPLY_INFO_INIT;
     assert_int_equal(zps_client_init(c, w, N), 0);
     assert_int_equal(zps_client_pull(c, 0, got, N, &info), 0);
     long rss0 = harness_rss_kb(srv.pid);

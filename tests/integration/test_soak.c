@@ -389,7 +389,7 @@ static void run_worker(int w, uint64_t t_go, uint64_t d_ns, report_t *r)
     uint64_t step_start = t_go;
     sleep_until(t_go);
     while (!stopping(end)) {
-        zps_reply_info_t info;
+        zps_reply_info_t info = ZPS_REPLY_INFO_INIT;
         if (!pulled) {
             rc = zps_client_pull(c, t, p, N, &info);
             if (rc) {

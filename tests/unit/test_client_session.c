@@ -14,6 +14,13 @@
  *   - a request it passes on goes to the socket, which reaches nothing:
  *     ZPS_EUNREACHABLE;
  *   - its end is called once, when the client is freed.
+ *
+ * And, through the same session, the structs a caller hands in, which
+ * carry their size (zps/zps.h, "Versions"): a reply info too small for this
+ * version is ZPS_EINVAL with nothing sent; a newer caller's (a larger
+ * size) is written up to this version's fields and not a byte further;
+ * a newer caller's options are taken, their unknown tail ignored; too
+ * small options or lease requests are ZPS_EINVAL.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -193,7 +200,7 @@ static void test_carries_a_pull(void **state)
     fake_t f = {0};
     zps_client_t *c = client_with(&f, 3000);
     float out[PARAMS];
-    zps_reply_info_t info;
+    zps_reply_info_t info = ZPS_REPLY_INFO_INIT;
     assert_int_equal(zps_client_pull(c, 3, out, PARAMS, &info), 0);
     for (size_t i = 0; i < PARAMS; i++)
         assert_true(out[i] == 100.0f + (float)i);
@@ -228,7 +235,7 @@ static void test_a_lost_push_goes_again_at_once(void **state)
     float grad[PARAMS];
     for (size_t i = 0; i < PARAMS; i++)
         grad[i] = (float)i / 2;
-    zps_reply_info_t info;
+    zps_reply_info_t info = ZPS_REPLY_INFO_INIT;
     assert_int_equal(zps_client_push(c, 5, grad, PARAMS, 32, &info), 0);
     assert_true(zps_client_push_taken(c, 0));
     assert_int_equal(f.taken, 2); /* the first lost, the second answered */
@@ -267,6 +274,65 @@ static void test_what_it_passes_on_goes_to_the_socket(void **state)
     free_client(c, &f);
 }
 
+static void test_reply_info_sizes(void **state)
+{
+    (void)state;
+    fake_t f = {0};
+    zps_client_t *c = client_with(&f, 3000);
+    float out[PARAMS];
+    zps_reply_info_t bad = {.size = 0};
+    assert_int_equal(zps_client_pull(c, 0, out, PARAMS, &bad), ZPS_EINVAL);
+    bad.size = offsetof(zps_reply_info_t, leases);
+    assert_int_equal(zps_client_pull(c, 0, out, PARAMS, &bad), ZPS_EINVAL);
+    assert_int_equal(zps_client_exchange(c, 0, out, PARAMS, 1, out, &bad), ZPS_EINVAL);
+    assert_int_equal(f.sends, 0);
+
+    /* A newer caller's struct: this version's fields, then some it does not know. */
+    unsigned char buf[sizeof(zps_reply_info_t) + 32];
+    memset(buf, 0xab, sizeof(buf));
+    zps_reply_info_t *newer = (zps_reply_info_t *)buf;
+    newer->size = sizeof(buf);
+    assert_int_equal(zps_client_pull(c, 0, out, PARAMS, newer), 0);
+    assert_int_equal(newer->size, sizeof(buf));
+    assert_int_equal(newer->max_version, VERSION);
+    assert_false(newer->leased);
+    for (size_t i = sizeof(zps_reply_info_t); i < sizeof(buf); i++)
+        assert_int_equal(buf[i], 0xab);
+    free_client(c, &f);
+}
+
+static void test_options_and_lease_sizes(void **state)
+{
+    (void)state;
+    const char *eps[] = {"ipc:///tmp/zps-test-session-none"};
+    zps_client_opts_t o;
+    zps_client_opts_default(&o);
+    assert_int_equal(o.size, sizeof(o));
+    zps_client_t *c = NULL;
+    o.size = offsetof(zps_client_opts_t, curve_server_key) + 31; /* short of version 1 */
+    assert_int_equal(zps_client_new(eps, 1, &o, &c), ZPS_EINVAL);
+    assert_null(c);
+
+    /* A newer caller's options: this version's, then fields it does not know. */
+    unsigned char buf[sizeof(zps_client_opts_t) + 64];
+    memset(buf, 0x5a, sizeof(buf));
+    zps_client_opts_default(&o);
+    o.timeout_ms = 1234;
+    o.keep_malloc = true;
+    memcpy(buf, &o, sizeof(o));
+    ((zps_client_opts_t *)buf)->size = sizeof(buf);
+    assert_int_equal(zps_client_new(eps, 1, (const zps_client_opts_t *)buf, &c), 0);
+    assert_int_equal(c->opts.timeout_ms, 1234);
+    assert_int_equal(c->opts.size, sizeof(zps_client_opts_t));
+
+    zps_lease_req_t lr = {.size = 0, .want = 1};
+    assert_int_equal(zps_client_set_lease(c, &lr), ZPS_EINVAL);
+    lr.size = sizeof(lr);
+    assert_int_equal(zps_client_set_lease(c, &lr), 0);
+    assert_int_equal(c->lease.want, 1);
+    zps_client_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -275,6 +341,8 @@ int main(void)
         cmocka_unit_test(test_a_lost_push_goes_again_at_once),
         cmocka_unit_test(test_its_wake_time_is_kept),
         cmocka_unit_test(test_what_it_passes_on_goes_to_the_socket),
+        cmocka_unit_test(test_reply_info_sizes),
+        cmocka_unit_test(test_options_and_lease_sizes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
