@@ -7,7 +7,7 @@
  * shards own an empty range; that is legal and such a shard still takes part
  * in every clock. Pure functions; any thread.
  *
- * Not here: splitting and assembling vectors by range (client/client.c);
+ * Not here: splitting and assembling vectors by range (client/slices.c, client.c);
  * holding a shard's values (server/); a shard's checkpoint (checkpoint/).
  */
 #ifndef ZPS_SHARD_H

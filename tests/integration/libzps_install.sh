@@ -11,7 +11,9 @@
 #     --cflags --libs zps` from P alone (no source tree on any path), runs
 #     against a real zps-server with P's libzps.so.ABI, and fits its line:
 #     a = 3, b = -1 to 4 places (the least-squares solution, exact here), and
-#     reports the wrong-size pull as the server's refusal, ZPS_ESIZE.
+#     reports the wrong-size pull as the server's refusal, ZPS_ESIZE;
+#   - the same example builds with CMake from P alone (find_package(zps 1),
+#     zps::zps) and fits its line against a server of its own.
 #
 # usage: libzps_install.sh SOURCE_DIR BUILD_DIR ZPS_SERVER_BIN
 set -euo pipefail
@@ -78,5 +80,27 @@ grep -qx 'a = 3.0000, b = -1.0000' "$dir/fit.out" || fail "the example's fit: $(
 want="^pull of 3 values: ZPS_EREMOTE, the server's ZPS_ESIZE: $ep: .*2 elements"
 grep -q "$want" "$dir/fit.out" ||
     fail "the wrong-size pull: $(cat "$dir/fit.out")"
+
+# --- the same example through CMake's package, from the prefix alone ---
+mkdir -p "$dir/cm"
+cp "$dir/fit.c" "$dir/cm/"
+cat >"$dir/cm/CMakeLists.txt" <<'CMEOF'
+cmake_minimum_required(VERSION 3.16)
+project(fit C)
+find_package(zps 1 REQUIRED)
+add_executable(fit fit.c)
+target_link_libraries(fit PRIVATE zps::zps)
+CMEOF
+# shellcheck disable=SC2086 # san is words
+cmake -S "$dir/cm" -B "$dir/cm/b" -DCMAKE_PREFIX_PATH="$p" -DCMAKE_C_FLAGS="$san" \
+    >"$dir/cm.log" 2>&1 && cmake --build "$dir/cm/b" >>"$dir/cm.log" 2>&1 ||
+    fail "find_package(zps) and zps::zps do not build the example: $(tail -20 "$dir/cm.log")"
+! grep -q -- "-I$src\|-I$build" "$dir/cm/b/CMakeFiles/fit.dir/flags.make" ||
+    fail "zps::zps points into the tree: $(cat "$dir/cm/b/CMakeFiles/fit.dir/flags.make")"
+start_server cm --workers 1 --mode bsp --lr 0.5
+LD_LIBRARY_PATH=$libdir "$dir/cm/b/fit" "$ep" >"$dir/cm.out" 2>&1 ||
+    fail "the CMake-built example exited $?: $(cat "$dir/cm.out")"
+grep -qx 'a = 3.0000, b = -1.0000' "$dir/cm.out" || fail "the CMake-built fit: $(cat "$dir/cm.out")"
+
 echo "libzps_install: $(wc -l <"$dir/declared") functions exported as ZPS_1 from $so;" \
     "the example printed: $(tr '\n' ';' <"$dir/fit.out")"

@@ -21,6 +21,10 @@
  * size) is written up to this version's fields and not a byte further;
  * a newer caller's options are taken, their unknown tail ignored; too
  * small options or lease requests are ZPS_EINVAL.
+ *
+ * And the log callback: a call's wait record reaches zps_set_log_fn's
+ * function with its level and without time or newline, and
+ * zps_set_log_level drops what is below it.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -160,7 +164,7 @@ static const session_ops_t fake_ops = {
 };
 
 /* A client of one server at an ipc:// path where nothing listens, the fake in front. */
-static zps_client_t *client_with(fake_t *f, int timeout_ms)
+static zps_client_t *client_with_log(fake_t *f, int timeout_ms, int wait_log_ms)
 {
     char endpoint[128];
     snprintf(endpoint, sizeof(endpoint), "ipc:///tmp/zps-test-session-none-%ld", (long)getpid());
@@ -169,7 +173,7 @@ static zps_client_t *client_with(fake_t *f, int timeout_ms)
     zps_client_opts_default(&o);
     o.timeout_ms = timeout_ms;
     o.retry_ms = 60000; /* no resend by the timer within a test */
-    o.wait_log_ms = 0;
+    o.wait_log_ms = wait_log_ms;
     o.keep_malloc = true;
     zps_client_t *c = NULL;
     assert_int_equal(zps_client_new(eps, 1, &o, &c), 0);
@@ -186,6 +190,11 @@ static zps_client_t *client_with(fake_t *f, int timeout_ms)
     assert_int_equal(conn_add_session(&c->conns[0], &f->session), 0);
     assert_ptr_equal(c->conns[0].sessions[0], &f->session);
     return c;
+}
+
+static zps_client_t *client_with(fake_t *f, int timeout_ms)
+{
+    return client_with_log(f, timeout_ms, 0);
 }
 
 static void free_client(zps_client_t *c, fake_t *f)
@@ -333,6 +342,54 @@ static void test_options_and_lease_sizes(void **state)
     zps_client_free(c);
 }
 
+typedef struct records {
+    int count;
+    enum zps_log_level level; /* the wait record's */
+    char wait[256];           /* the first "waiting for server" record that says for what */
+} records_t;
+
+static void take_record(enum zps_log_level level, const char *message, void *ctx)
+{
+    records_t *r = ctx;
+    r->count++;
+    if (!r->wait[0] && strstr(message, "no answer to")) {
+        r->level = level;
+        snprintf(r->wait, sizeof(r->wait), "%s", message);
+    }
+}
+
+/* A pull the fake answers after 300 ms, with wait records after 100 ms. */
+static void held_pull(records_t *r)
+{
+    fake_t f = {0};
+    zps_client_t *c = client_with_log(&f, 3000, 100);
+    zps_set_log_fn(take_record, r);
+    f.hold_until = zps_now_ns() + 300 * 1000000ull;
+    float out[PARAMS];
+    assert_int_equal(zps_client_pull(c, 4, out, PARAMS, NULL), 0);
+    zps_set_log_fn(NULL, NULL);
+    free_client(c, &f);
+}
+
+static void test_log_records(void **state)
+{
+    (void)state;
+    records_t r = {0};
+    held_pull(&r);
+    /* Nothing is connected (the fake is no connection): a warning, saying why. */
+    assert_int_equal(r.level, ZPS_LOG_WARN);
+    assert_non_null(strstr(r.wait, "waiting for server 0 at ipc://"));
+    assert_non_null(strstr(r.wait, "no answer to pull (clock 4)"));
+    assert_non_null(strstr(r.wait, "not connected"));
+    assert_null(strchr(r.wait, '\n'));
+
+    records_t quiet = {0};
+    zps_set_log_level(ZPS_LOG_ERROR);
+    held_pull(&quiet);
+    zps_set_log_level(ZPS_LOG_INFO);
+    assert_int_equal(quiet.count, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -343,6 +400,7 @@ int main(void)
         cmocka_unit_test(test_what_it_passes_on_goes_to_the_socket),
         cmocka_unit_test(test_reply_info_sizes),
         cmocka_unit_test(test_options_and_lease_sizes),
+        cmocka_unit_test(test_log_records),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
