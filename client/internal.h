@@ -1,10 +1,12 @@
 /*
  * client/internal.h - what libzps's rooms share (include/zps/zps.h is what
- * it promises). Not installed; nothing outside client/ includes it.
+ * it promises). Not installed; outside client/ only the seam's unit test
+ * (tests/unit/test_client_session.c) includes it.
  *
  * A client holds one conn_t per shard. Its parts and the room that owns each:
  *   conn.c       the DEALER socket to the server and its monitor (up, drops,
- *                connect_errno, auth_failed): opened, read, replaced
+ *                connect_errno, auth_failed): opened, read, replaced; and
+ *                the plain session, the socket as a carrier
  *   sealed.c     the sealed session: its own struct, private to it
  *   shm.c        the shared-memory session: likewise
  *   heartbeat.c  the heartbeat thread and its own sockets
