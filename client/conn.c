@@ -364,12 +364,11 @@ static int plain_recv(session_t *s, zps_client_t *c, conn_t *k, zps_message_t *m
     return zps_wire_recv_deferred(k->sock, ZMQ_DONTWAIT, false, m);
 }
 
-/* The socket, and its monitor: a refused handshake ends the call at once. */
-static size_t plain_poll(session_t *s, conn_t *k, zmq_pollitem_t *items)
+/* Poll items for reading the sockets `a` and `b` (either may be NULL): their count. */
+size_t conn_poll_items(zmq_pollitem_t *items, void *a, void *b)
 {
-    (void)s;
     size_t n = 0;
-    void *socks[2] = {k->sock, k->mon};
+    void *socks[2] = {a, b};
     for (size_t j = 0; j < 2; j++) {
         if (!socks[j])
             continue;
@@ -379,6 +378,13 @@ static size_t plain_poll(session_t *s, conn_t *k, zmq_pollitem_t *items)
         n++;
     }
     return n;
+}
+
+/* The socket, and its monitor: a refused handshake ends the call at once. */
+static size_t plain_poll(session_t *s, conn_t *k, zmq_pollitem_t *items)
+{
+    (void)s;
+    return conn_poll_items(items, k->sock, k->mon);
 }
 
 static uint64_t plain_wake(session_t *s, zps_client_t *c, conn_t *k, uint64_t now)

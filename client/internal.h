@@ -202,6 +202,7 @@ void conn_read_monitor(conn_t *k);
 uint16_t conn_monitor_event(void *mon);
 int conn_failed_attempt(conn_t *k);
 int conn_send_header(conn_t *k, zps_header_t *h);
+size_t conn_poll_items(zmq_pollitem_t *items, void *a, void *b);
 int conn_add_session(conn_t *k, session_t *s);
 void *conn_attach_monitor(zps_client_t *c, conn_t *k, void *sock, int events);
 void conn_allow_ipv6(void *sock, const char *endpoint);

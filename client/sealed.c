@@ -239,17 +239,7 @@ static size_t sealed_poll(session_t *base, conn_t *k, zmq_pollitem_t *items)
 {
     sealed_t *s = (sealed_t *)base;
     (void)k;
-    size_t n = 0;
-    void *socks[2] = {s->dsock, s->dmon};
-    for (size_t j = 0; j < 2; j++) {
-        if (!socks[j])
-            continue;
-        memset(&items[n], 0, sizeof(items[n]));
-        items[n].socket = socks[j];
-        items[n].events = ZMQ_POLLIN;
-        n++;
-    }
-    return n;
+    return conn_poll_items(items, s->dsock, s->dmon);
 }
 
 /*
