@@ -32,6 +32,9 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -163,11 +166,24 @@ static const session_ops_t fake_ops = {
     .end = fake_end,
 };
 
-/* A client of one server at an ipc:// path where nothing listens, the fake in front. */
+/* A port of 127.0.0.1 that nothing listens on: one the kernel gave and took back. */
+static int dead_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* A client of one server at a port of 127.0.0.1 where nothing listens, the fake in front. */
 static zps_client_t *client_with_log(fake_t *f, int timeout_ms, int wait_log_ms)
 {
     char endpoint[128];
-    snprintf(endpoint, sizeof(endpoint), "ipc:///tmp/zps-test-session-none-%ld", (long)getpid());
+    snprintf(endpoint, sizeof(endpoint), "tcp://127.0.0.1:%d", dead_port());
     const char *eps[] = {endpoint};
     zps_client_opts_t o;
     zps_client_opts_default(&o);
@@ -313,7 +329,9 @@ static void test_reply_info_sizes(void **state)
 static void test_options_and_lease_sizes(void **state)
 {
     (void)state;
-    const char *eps[] = {"ipc:///tmp/zps-test-session-none"};
+    char endpoint[64];
+    snprintf(endpoint, sizeof(endpoint), "tcp://127.0.0.1:%d", dead_port());
+    const char *eps[] = {endpoint};
     zps_client_opts_t o;
     zps_client_opts_default(&o);
     assert_int_equal(o.size, sizeof(o));
@@ -378,7 +396,7 @@ static void test_log_records(void **state)
     held_pull(&r);
     /* Nothing is connected (the fake is no connection): a warning, saying why. */
     assert_int_equal(r.level, ZPS_LOG_WARN);
-    assert_non_null(strstr(r.wait, "waiting for server 0 at ipc://"));
+    assert_non_null(strstr(r.wait, "waiting for server 0 at tcp://127.0.0.1:"));
     assert_non_null(strstr(r.wait, "no answer to pull (clock 4)"));
     assert_non_null(strstr(r.wait, "not connected"));
     assert_null(strchr(r.wait, '\n'));
