@@ -1,0 +1,174 @@
+"""zps.torch against one PyTorch process, and Partition's exactly-once rule.
+
+BSP through two Python worker processes, the servers running SGD with
+momentum, must equal one PyTorch process that takes torch.optim.SGD's steps
+on the union of the two workers' batches (docs/python.md): the reference
+below uses no zps code beyond Partition's index lists, which are checked
+on their own against values the C worker's rule produces.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cluster import Cluster, need_modules  # noqa: E402
+
+need_modules("numpy", "torch")
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import zps.torch  # noqa: E402,F401
+from zps.torch.data import Partition, permutation  # noqa: E402
+
+import torch_worker  # noqa: E402
+
+LR, MU = 0.05, 0.9
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class PartitionTest(unittest.TestCase):
+    def test_same_order_as_the_c_worker(self):
+        # Values from worker/data.c's zps_partition_permute (seed 7): the C
+        # worker's first five positions of epochs 0 and 1.
+        self.assertEqual(permutation(10, 7, 0)[:5], [4, 6, 2, 8, 3])
+        self.assertEqual(permutation(10, 7, 1)[:5], [2, 5, 0, 9, 7])
+        self.assertEqual(permutation(1000, 7, 0)[:5], [882, 853, 707, 809, 467])
+        self.assertEqual(permutation(1000, 7, 1)[:5], [473, 592, 650, 390, 183])
+
+    def test_exactly_once_per_epoch(self):
+        cases = 0
+        for n in (1, 2, 3, 7, 10, 31, 64, 97, 200):
+            for w in range(1, 6):
+                if w > n:
+                    continue
+                for b in (1, 2, 3, 5, 8, 64):
+                    steps = None
+                    for epoch in (0, 1):
+                        seen = []
+                        for r in range(w):
+                            p = Partition(n, r, w, seed=11, batch_size=b)
+                            p.set_epoch(epoch)
+                            batches = list(p)
+                            steps = steps or len(batches)
+                            self.assertEqual(len(batches), steps)  # the same S for all
+                            self.assertEqual(steps, (n // w + b - 1) // b)
+                            for bt in batches:
+                                self.assertTrue(1 <= len(bt) <= b + 1 or steps == 1)
+                            seen += [i for bt in batches for i in bt]
+                        self.assertEqual(sorted(seen), list(range(n)), (n, w, b, epoch))
+                    cases += 1
+        self.assertGreater(cases, 150)
+        # The docs' example: N=10, W=3, b=2: batches of 2+1, 2+1, 2+2.
+        sizes = [[len(bt) for bt in Partition(10, r, 3, batch_size=2)] for r in range(3)]
+        self.assertEqual(sizes, [[2, 1], [2, 1], [2, 2]])
+        a, b = Partition(100, 0, 2, seed=1), Partition(100, 0, 2, seed=1)
+        b.set_epoch(1)
+        self.assertNotEqual(list(a), list(b))
+
+
+def reference(clocks, workers):
+    """One PyTorch process: SGD with momentum on the union of the workers' batches."""
+    model, x, y = torch_worker.model_and_data()
+    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MU)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    parts = [Partition(torch_worker.N, r, workers, seed=torch_worker.SEED,
+                       batch_size=torch_worker.BATCH) for r in range(workers)]
+    steps = parts[0].steps()
+    for clock in range(clocks):
+        union = []
+        for p in parts:
+            p.set_epoch(clock // steps)
+            union += list(p.batches())[clock % steps]
+        opt.zero_grad()
+        idx = torch.tensor(union)
+        loss_fn(model(x[idx]), y[idx]).backward()
+        opt.step()
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy()
+
+
+class OptimizerTest(unittest.TestCase):
+    def run_cluster(self, clocks, extra0=()):
+        workers = 2
+        with Cluster(shards=2, workers=workers,
+                     args=["--optimizer", "momentum", "--momentum", str(MU), "--lr", str(LR)]
+                     ) as cl, tempfile.TemporaryDirectory() as d:
+            procs, outs = [], []
+            for r in range(workers):
+                out = os.path.join(d, "w%d.npy" % r)
+                env = dict(os.environ, ZPS_METRICS=os.path.join(d, "w%d.jsonl" % r))
+                cmd = [sys.executable, os.path.join(HERE, "torch_worker.py"), str(r),
+                       str(workers), ",".join(cl.endpoints), str(clocks), out]
+                if r == 0:
+                    cmd += list(extra0)
+                procs.append(subprocess.Popen(cmd, env=env))
+                outs.append(out)
+            for p in procs:
+                self.assertEqual(p.wait(timeout=240), 0)
+            lines = []
+            for r in range(workers):
+                with open(os.path.join(d, "w%d.jsonl" % r)) as f:
+                    lines.append([json.loads(s) for s in f])
+            return [np.load(o) for o in outs], lines
+
+    def check(self, got, clocks):
+        want = reference(clocks, 2)
+        for g in got:
+            self.assertEqual(g.shape, want.shape)
+            rel = np.linalg.norm(g - want) / np.linalg.norm(want)
+            print("relative difference to one process: %.3g" % rel)
+            self.assertLess(rel, 1e-5)
+        # A wrong rule would be far off: the steps moved the model by much more.
+        start = torch.cat([p.detach().reshape(-1)
+                           for p in torch_worker.model_and_data()[0].parameters()]).numpy()
+        self.assertGreater(np.linalg.norm(want - start) / np.linalg.norm(want), 1e-3)
+
+    def test_bsp_equals_one_process(self):
+        clocks = 6  # 4 steps per epoch: crosses into epoch 1
+        got, lines = self.run_cluster(clocks)
+        self.check(got, clocks)
+        for r, recs in enumerate(lines):
+            self.assertEqual(recs[0]["type"], "run")
+            steps = [x for x in recs if x["type"] == "step"]
+            self.assertEqual([x["clock"] for x in steps], list(range(clocks)))
+            self.assertEqual([x["epoch"] for x in steps], [0, 0, 0, 0, 1, 1])
+            self.assertTrue(all(x["rank"] == r and x["batch"] == 8 for x in steps))
+            self.assertTrue(all(x["loss"] > 0 for x in steps))
+        evals = [x for x in lines[0] if x["type"] == "eval"]
+        self.assertEqual(len(evals), 1)
+        self.assertTrue(evals[0]["final"])
+        self.assertEqual(evals[0]["clock"], clocks)
+
+    def test_accumulated_micro_batches(self):
+        clocks = 3
+        got, lines = self.run_cluster(clocks, ["--accumulate"])
+        self.check(got, clocks)
+        steps = [x for x in lines[0] if x["type"] == "step"]
+        self.assertEqual([x["batch"] for x in steps], [8] * clocks)
+
+
+class MisuseTest(unittest.TestCase):
+    def test_refusals(self):
+        with self.assertRaises(TypeError):
+            zps.torch.ParameterServerOptimizer(torch.nn.Linear(2, 2), object())
+        with Cluster(shards=1, workers=1) as cl, zps.Client(cl.endpoints, rank=0,
+                                                             workers=1) as c:
+            with self.assertRaises(TypeError):
+                zps.torch.ParameterServerOptimizer(torch.nn.Linear(2, 2).double(), c)
+            with self.assertRaises(ValueError):
+                zps.torch.ParameterServerOptimizer(torch.nn.Linear(2, 2).requires_grad_(False),
+                                                   c)
+            m = torch.nn.Linear(3, 2)
+            opt = zps.torch.ParameterServerOptimizer(m, c)
+            # A model of another size against the same servers.
+            with self.assertRaises(zps.Error) as cm:
+                zps.torch.ParameterServerOptimizer(torch.nn.Linear(4, 2), c)
+            self.assertEqual(cm.exception.name, "ZPS_ESIZE")
+            opt.close()
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
