@@ -112,6 +112,7 @@ typedef struct child {
     bool evaluator; /* zps-worker --evaluator: observes and evaluates, trains nothing */
     uint32_t index;
     zps_argv_t argv; /* the command line, argv[0] the binary */
+    zps_argv_t env;  /* -- COMMAND: its ZPS_SERVERS=..., ZPS_RANK=... (NAME=VALUE); else empty */
     char log_path[PATH_MAX + 64]; /* the paths, for the child's command line and messages */
     char endpoint_path[PATH_MAX + 64];
     char metrics_path[PATH_MAX + 64];
@@ -140,6 +141,7 @@ typedef struct launch {
     zps_launch_opts_t *o;
     char self[PATH_MAX];
     char server_bin[PATH_MAX], worker_bin[PATH_MAX];
+    char command[PATH_MAX]; /* -- COMMAND: its program, as it is started (command_path) */
     char dir[PATH_MAX]; /* the run folder, absolute */
     int dirfd;          /* the run folder (launch_rundir.h): every file launch writes is made in it */
     FILE *cmds;         /* commands.txt, open from the start until the last child has started */
@@ -160,7 +162,7 @@ typedef struct launch {
 
     child_t *servers;
     child_t *workers;   /* [W + 1]: the W workers, then the evaluator */
-    child_t *evaluator; /* &workers[W] */
+    child_t *evaluator; /* &workers[W]; NULL with a command (-- COMMAND), which has none */
     phase_t phase;
     uint64_t start_ns, phase_ns, last_stats_ns, finish_ns;
     bool training_done;       /* the evaluator exited 0: the final model is evaluated */
@@ -191,10 +193,10 @@ static double secs_since(uint64_t t0)
     return (double)(zps_now_ns() - t0) / 1e9;
 }
 
-/* The worker processes, the evaluator included. */
+/* The worker processes, the evaluator included (a command's run has none). */
 static uint32_t kids(const launch_t *L)
 {
-    return L->o->workers + 1;
+    return L->o->workers + (L->o->command ? 0 : 1);
 }
 
 /* A launcher message on stderr, after breaking the progress line. */
@@ -419,9 +421,25 @@ static void echo_line(child_t *c, char *line)
     fprintf(stderr, "%-8s | %s\n", c->name, line);
 }
 
+/* Whether a metrics line is an "eval" line. */
+static bool is_eval_line(const char *line)
+{
+    zps_json_t *o = NULL;
+    if (zps_json_parse(line, &o, NULL, 0) != 0)
+        return false;
+    const char *type = zps_json_string(zps_json_get(o, "type"));
+    bool eval = type && strcmp(type, "eval") == 0;
+    zps_json_free(o);
+    return eval;
+}
+
 static void metrics_line(child_t *c, char *line)
 {
     if (!*line)
+        return;
+    /* A command's evaluations are rank 0's (docs/launch.md): another rank's
+     * eval lines stay in its file and are not the run's. */
+    if (c->L->o->command && c->index != 0 && is_eval_line(line))
         return;
     if (c->evaluator)
         zps_runstats_add_eval_line(c->L->rs, line);
@@ -466,7 +484,9 @@ static void show_progress(launch_t *L, bool force)
     PUT("[launch] %s %ux%u | ", L->o->mode, L->o->servers, L->o->workers);
     if (lv.seconds <= 0) {
         /* No worker has trained a step yet: they are loading data. */
-        PUT("starting: workers loading data | %.1f s", secs_since(L->start_ns));
+        PUT("starting: %s | %.1f s",
+            L->o->command ? "no rank has reported a step yet" : "workers loading data",
+            secs_since(L->start_ns));
         zps_progress_show(&L->progress, line, force);
         return;
     }
@@ -648,9 +668,11 @@ static int spawn(launch_t *L, child_t *c)
         /* ssh carries no environment: the far command sets the ZPS_*
          * variables a local child inherits, through env(1). */
         zps_argv_t far = {0};
-        if (L->env.n)
-            rc = zps_argv_push(&far, "/usr/bin/env") || zps_argv_extend(&far, &L->env) ? ZPS_ENOMEM
-                                                                                       : 0;
+        if (L->env.n || c->env.n)
+            rc = zps_argv_push(&far, "/usr/bin/env") || zps_argv_extend(&far, &L->env) ||
+                         zps_argv_extend(&far, &c->env)
+                     ? ZPS_ENOMEM
+                     : 0;
         rc = rc || zps_argv_extend(&far, &c->argv) ? ZPS_ENOMEM : 0;
         if (rc == 0)
             rc =
@@ -671,6 +693,21 @@ static int spawn(launch_t *L, child_t *c)
             rc = args.v[4] ? 0 : ZPS_ENOMEM;
         }
     }
+    /* A command's cluster variables, after the environment it inherits
+     * (which holds none of them: zps_launch_opts_env refuses them there). */
+    char **env = NULL;
+    if (rc == 0 && c->env.n && !c->host) {
+        size_t n = 0;
+        while (environ[n])
+            n++;
+        env = calloc(n + c->env.n + 1, sizeof(char *));
+        if (!env)
+            rc = ZPS_ENOMEM;
+        for (size_t i = 0; env && i < n; i++)
+            env[i] = environ[i];
+        for (size_t i = 0; env && i < c->env.n; i++)
+            env[n + i] = c->env.v[i];
+    }
     if (rc == 0) {
         uv_stdio_container_t stdio[3];
         stdio[0].flags = UV_IGNORE;
@@ -689,6 +726,7 @@ static int spawn(launch_t *L, child_t *c)
         po.file = L->self;
         po.args = args.v;
         po.exit_cb = on_child_exit;
+        po.env = env;
         po.flags = UV_PROCESS_DETACHED;
         po.stdio_count = 3;
         po.stdio = stdio;
@@ -710,6 +748,7 @@ static int spawn(launch_t *L, child_t *c)
             }
         }
     }
+    free(env);
     zps_argv_free(&args);
     if (out != fd)
         close(out);
@@ -796,10 +835,12 @@ static void say_output_paths(launch_t *L)
 static bool start_child(launch_t *L, child_t *c, FILE *cmds, int bad)
 {
     char cwd[PATH_MAX];
-    bad =
-        bad || rebase_paths(&c->argv, output_flags, sizeof(output_flags) / sizeof(output_flags[0]),
-                            c->host ? c->host->dir : L->dir);
-    if (!bad && !c->host && getcwd(cwd, sizeof(cwd)))
+    /* A command's words are its own: launch knows none of its flags. */
+    bool ours = c->server || !L->o->command;
+    bad = bad || (ours && rebase_paths(&c->argv, output_flags,
+                                       sizeof(output_flags) / sizeof(output_flags[0]),
+                                       c->host ? c->host->dir : L->dir));
+    if (!bad && ours && !c->host && getcwd(cwd, sizeof(cwd)))
         bad =
             rebase_paths(&c->argv, input_flags, sizeof(input_flags) / sizeof(input_flags[0]), cwd);
     if (bad) {
@@ -807,8 +848,13 @@ static bool start_child(launch_t *L, child_t *c, FILE *cmds, int bad)
         return false;
     }
     if (cmds) {
+        /* A command's line starts with its variables, NAME=VALUE, as a
+         * shell would run it (the run's environment is above, once). */
+        zps_argv_t line = {0};
         fprintf(cmds, "# %s\n", c->name);
-        zps_argv_write(cmds, &c->argv);
+        if (zps_argv_extend(&line, &c->env) == 0 && zps_argv_extend(&line, &c->argv) == 0)
+            zps_argv_write(cmds, &line);
+        zps_argv_free(&line);
         fflush(cmds);
     }
     if (spawn(L, c) != 0) {
@@ -824,6 +870,37 @@ static const char *key_path(const launch_t *L, const child_t *c, const char *nam
 {
     snprintf(buf, size, "%s/keys/%s", c->host ? c->host->dir : L->dir, name);
     return buf;
+}
+
+/*
+ * -- COMMAND: the command once per rank, in place of zps-worker, the cluster
+ * in its environment (docs/launch.md, "Your own command"): the same
+ * endpoints, metrics file and key files a worker of that rank would get as
+ * flags. `list` is the endpoints in shard order, comma-separated.
+ */
+static void start_commands(launch_t *L, const char *list)
+{
+    const zps_launch_opts_t *o = L->o;
+    for (uint32_t r = 0; r < o->workers; r++) {
+        child_t *c = &L->workers[r];
+        zps_argv_t *e = &c->env;
+        int bad = zps_argv_push(&c->argv, L->command);
+        for (size_t i = 1; i < o->command_n; i++)
+            bad = bad || zps_argv_push(&c->argv, o->command[i]);
+        bad = bad || zps_argv_pushf(e, "ZPS_SERVERS=%s", list) ||
+              zps_argv_pushf(e, "ZPS_RANK=%u", r) ||
+              zps_argv_pushf(e, "ZPS_WORKERS=%u", o->workers) ||
+              zps_argv_pushf(e, "ZPS_METRICS=%s", c->host ? c->far_metrics : c->metrics_path);
+        if (L->keys) {
+            char name[64], key[PATH_MAX + 128], pub[PATH_MAX + 128];
+            snprintf(name, sizeof(name), "worker-%u.key", r);
+            bad = bad || zps_argv_pushf(e, "ZPS_KEY=%s", key_path(L, c, name, key, sizeof(key))) ||
+                  zps_argv_pushf(e, "ZPS_SERVER_KEY=%s",
+                                 key_path(L, c, "server.pub", pub, sizeof(pub)));
+        }
+        if (!start_child(L, c, L->cmds, bad))
+            break;
+    }
 }
 
 static void start_workers(launch_t *L)
@@ -852,6 +929,10 @@ static void start_workers(launch_t *L)
     }
     zps_client_opts_clear(&co);
     zps_argv_free(&eps);
+    if (L->o->command) {
+        start_commands(L, list);
+        return;
+    }
 
     FILE *cmds = L->cmds;
     /* The evaluator first, so that its pull for the first evaluation clock
@@ -1074,7 +1155,9 @@ static void on_child_exit(uv_process_t *p, int64_t exit_status, int term_signal)
                 workers_done = false;
         if (workers_done && !L->workers_done_ns)
             L->workers_done_ns = zps_now_ns();
-        bool all_done = workers_done && !L->evaluator->running && L->evaluator->spawned;
+        /* A command's run has no evaluator: it ends with its ranks. */
+        bool all_done =
+            workers_done && (!L->evaluator || (!L->evaluator->running && L->evaluator->spawned));
         if (all_done && L->phase == PH_TRAINING) {
             L->phase = PH_STATS;
             fetch_stats(L);
@@ -1123,7 +1206,7 @@ static void on_tick(uv_timer_t *t)
         }
         /* Every worker is done, so the final model exists: an evaluator that
          * still has not read it is stuck. */
-        if (L->workers_done_ns && L->evaluator->running &&
+        if (L->workers_done_ns && L->evaluator && L->evaluator->running &&
             secs_since(L->workers_done_ns) > EVALUATOR_GRACE_S)
             abort_run(L, "failed", L->evaluator,
                       "the evaluator has not evaluated the final model %.0f s after the last "
@@ -1393,7 +1476,13 @@ static int finish(launch_t *L)
                o->stop_at, sec, (unsigned long long)clock, o->mode, o->servers,
                o->servers == 1 ? "" : "s", o->workers, o->workers == 1 ? "" : "s",
                res.examples_per_second, rel);
-    } else
+    } else if (o->command)
+        printf("every command exited 0; no final test accuracy was reported (rank 0's metrics "
+               "have no eval line with \"final\": true): %s, %u server%s x %u worker%s; run "
+               "folder %s\n",
+               o->mode, o->servers, o->servers == 1 ? "" : "s", o->workers,
+               o->workers == 1 ? "" : "s", rel);
+    else
         printf("training ended without a final evaluation; run folder %s\n", rel);
     /* How long each accuracy target took: the figure a user compares runs by. */
     for (size_t t = 0; t < o->target_count && isfinite(res.final_accuracy); t++) {
@@ -1416,6 +1505,31 @@ static void span(char *buf, size_t size, uint32_t first, uint32_t count)
         snprintf(buf, size, "%u", first);
     else
         snprintf(buf, size, "%u-%u", first, first + count - 1);
+}
+
+/*
+ * The program of -- COMMAND as it is started, into out[size]. Here: a name
+ * without '/' looked up in PATH, a path as it is (relative to the folder
+ * launch runs in, where the command runs too); it must be an executable
+ * file. With --hosts the command runs on other hosts in their run folders:
+ * a path is made absolute against this folder, a name is left to
+ * /usr/bin/env's PATH there. 0 or ZPS_EINVAL.
+ */
+static int command_path(const zps_launch_opts_t *o, bool far, char *out, size_t size)
+{
+    const char *cmd = o->command[0];
+    if (!*cmd)
+        return ZPS_EINVAL;
+    if (!far)
+        return find_in_path(cmd, out, size);
+    char cwd[PATH_MAX];
+    if (!strchr(cmd, '/') || cmd[0] == '/')
+        return snprintf(out, size, "%s", cmd) < (int)size ? 0 : ZPS_EINVAL;
+    while (strncmp(cmd, "./", 2) == 0)
+        cmd += 2;
+    if (!getcwd(cwd, sizeof(cwd)) || snprintf(out, size, "%s/%s", cwd, cmd) >= (int)size)
+        return ZPS_EINVAL;
+    return 0;
 }
 
 /* --hosts: each host's folder and keys, and a line per host saying what runs there. */
@@ -1442,14 +1556,21 @@ static int prepare_hosts(launch_t *L)
             fprintf(stderr, "server%s %s (port%s %s)", h->servers > 1 ? "s" : "", sv,
                     h->servers > 1 ? "s" : "", sp);
         if (h->workers)
-            fprintf(
-                stderr, "%sworker%s %s%s", h->servers ? ", " : "", h->workers > 1 ? "s" : "", wk,
-                zps_launch_hosts_worker(&L->hosts, L->o->workers) == h ? ", the evaluator" : "");
+            fprintf(stderr, "%sworker%s %s%s", h->servers ? ", " : "", h->workers > 1 ? "s" : "",
+                    wk,
+                    !L->o->command && zps_launch_hosts_worker(&L->hosts, L->o->workers) == h
+                        ? ", the evaluator"
+                        : "");
         fprintf(stderr, "%s\n", h->servers || h->workers ? "" : "nothing");
     }
     char why[600];
-    int rc = zps_launch_hosts_prepare(&L->hosts, L->self, L->keys->dir, L->server_bin,
-                                      L->worker_bin, hosts_fd, hosts_dir, why, sizeof(why));
+    /* What starts a worker there: zps-worker, or the command's program
+     * (env(1) when PATH finds it there, command_path). */
+    const char *wbin = !L->o->command            ? L->worker_bin
+                       : strchr(L->command, '/') ? L->command
+                                                 : "/usr/bin/env";
+    int rc = zps_launch_hosts_prepare(&L->hosts, L->self, L->keys->dir, L->server_bin, wbin,
+                                      hosts_fd, hosts_dir, why, sizeof(why));
     close(hosts_fd);
     if (rc != 0) {
         fprintf(stderr, "zps launch: cannot set up host %s\n", why);
@@ -1506,14 +1627,21 @@ int zps_cmd_launch(int argc, char **argv)
             ex = zps_launch_opts_check_counts(&o);
         }
     }
+    char cmd_path[PATH_MAX] = "";
+    if (ex == 0 && o.command && command_path(&o, o.hosts != NULL, cmd_path, sizeof(cmd_path))) {
+        fprintf(stderr, "zps launch: cannot find the command '%s': not an executable file%s\n",
+                o.command[0], strchr(o.command[0], '/') ? "" : " in PATH");
+        ex = ZPS_LAUNCH_EXIT_USAGE;
+    }
     if (ex == 0)
         ex = zps_launch_opts_env(&o, environ);
     if (ex == 0)
         ex = zps_launch_opts_check(&o);
     if (ex == 0)
         ex = zps_launch_plan(&o);
-    /* Over ssh every host has its own memory; this host holds none of it. */
-    if (ex == 0 && !o.hosts && !o.no_memory_check)
+    /* Over ssh every host has its own memory; this host holds none of it. A
+     * command's model is its own: launch has nothing to estimate. */
+    if (ex == 0 && !o.hosts && !o.no_memory_check && !o.command)
         ex = zps_launch_mem_check(&o);
     if (ex) {
         zps_launch_hosts_free(&hosts);
@@ -1550,8 +1678,9 @@ int zps_cmd_launch(int argc, char **argv)
         ex = ZPS_LAUNCH_EXIT_USAGE;
         goto out;
     }
-    if (find_binary(o.worker_bin, "ZPS_WORKER_BIN", self_dir, wrel, "zps-worker", L->worker_bin,
-                    sizeof(L->worker_bin))) {
+    snprintf(L->command, sizeof(L->command), "%s", cmd_path);
+    if (!o.command && find_binary(o.worker_bin, "ZPS_WORKER_BIN", self_dir, wrel, "zps-worker",
+                                  L->worker_bin, sizeof(L->worker_bin))) {
         fprintf(stderr, "zps launch: cannot find zps-worker %s (give --worker-bin)\n",
                 o.worker_bin ? o.worker_bin : "beside this zps or in PATH");
         ex = ZPS_LAUNCH_EXIT_USAGE;
@@ -1586,7 +1715,7 @@ int zps_cmd_launch(int argc, char **argv)
         child_init(L, &L->servers[i], true, i);
     for (uint32_t i = 0; i < kids(L); i++)
         child_init(L, &L->workers[i], false, i);
-    L->evaluator = &L->workers[o.workers];
+    L->evaluator = o.command ? NULL : &L->workers[o.workers];
 
     /* Every ZPS_* variable changes what some process does (the servers',
      * the workers', the test harness's switches): each is named here, passed
@@ -1695,6 +1824,7 @@ out:
     }
     for (uint32_t i = 0; L->workers && i < kids(L); i++) {
         zps_argv_free(&L->workers[i].argv);
+        zps_argv_free(&L->workers[i].env);
         tail_close(&L->workers[i].log);
         tail_close(&L->workers[i].metrics);
     }

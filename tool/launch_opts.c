@@ -80,12 +80,22 @@ static void pass_table(passthrough_t *pass)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: zps launch [options]\n"
+               "       zps launch [options] -- COMMAND ARGS...\n"
                "\n"
                "Starts a zps cluster on this machine -- S zps-server shards on free loopback\n"
                "ports and W zps-worker processes -- shows one progress line, stops everything\n"
                "when training ends (or on Ctrl-C, or when a process fails) and leaves a run\n"
                "folder RUNS/NAME with each process's log, the metrics, the command lines and\n"
                "summary.json. docs/launch.md has the details.\n"
+               "\n"
+               "Your own command: after '--', COMMAND ARGS runs once per worker rank instead of\n"
+               "zps-worker (no evaluator, no model from launch: rank 0 initialises it), with\n"
+               "ZPS_SERVERS (the endpoints in shard order), ZPS_RANK, ZPS_WORKERS and\n"
+               "ZPS_METRICS (its metrics file, JSON lines as zps-worker's) in its environment,\n"
+               "and with --keys ZPS_KEY and ZPS_SERVER_KEY (its key files). The run ends when\n"
+               "every command has exited: all 0 is success. zps-worker's flags (--model,\n"
+               "--batch, --worker-arg, --straggler, ...) are refused with a command; the\n"
+               "servers get the optimizer flags given, else zps-server's defaults.\n"
                "\n"
                "Cluster:\n"
                "  --servers S             server shards (default 2)\n"
@@ -418,11 +428,18 @@ int zps_launch_opts_parse(int argc, char **argv, zps_launch_opts_t *o)
     long l;
     double d;
     int c;
+    /* The first flag given that only zps-worker takes: refused with a command. */
+    const char *worker_only = NULL;
     optind = 1;
     opterr = 0; /* bad_option says what was wrong, with our prefix */
-    while ((c = getopt_long(argc, argv, "", all, NULL)) != -1) {
+    /* "+": no reordering, so that the words after "--" (a command and its
+     * own flags) are never read as ours; `last` is where getopt stood after
+     * the latest option, to tell the "--" that ends ours from a value "--". */
+    int last = 1;
+    while ((c = getopt_long(argc, argv, "+", all, NULL)) != -1) {
         const char *a = optarg;
         int ex = 0;
+        last = optind;
         switch (c) {
         case O_SERVERS:
             if (zps_parse_long(a, 1, 256, &l))
@@ -472,6 +489,7 @@ int zps_launch_opts_parse(int argc, char **argv, zps_launch_opts_t *o)
             ex = zps_argv_push(&o->server_args, a) ? ZPS_LAUNCH_EXIT_FAILED : 0;
             break;
         case O_WORKER_ARG:
+            worker_only = worker_only ? worker_only : "worker-arg";
             ex = zps_argv_push(&o->worker_args, a) ? ZPS_LAUNCH_EXIT_FAILED : 0;
             break;
         case O_KEYS:
@@ -491,6 +509,7 @@ int zps_launch_opts_parse(int argc, char **argv, zps_launch_opts_t *o)
             o->port = (uint32_t)l;
             break;
         case O_STRAGGLER:
+            worker_only = worker_only ? worker_only : "straggler";
             ex = parse_straggler(o, a);
             break;
         case O_NAME:
@@ -527,6 +546,7 @@ int zps_launch_opts_parse(int argc, char **argv, zps_launch_opts_t *o)
             o->server_bin = a;
             break;
         case O_WORKER_BIN:
+            worker_only = worker_only ? worker_only : "worker-bin";
             o->worker_bin = a;
             break;
         case O_HELP:
@@ -536,6 +556,8 @@ int zps_launch_opts_parse(int argc, char **argv, zps_launch_opts_t *o)
             if (c >= O_PASS && c < O_PASS + (int)NPASS) {
                 const passthrough_t *p = &pass[c - O_PASS];
                 zps_argv_t *to = p->to == TO_SERVER ? &o->server_args : &o->worker_args;
+                if (p->to == TO_WORKER && !worker_only)
+                    worker_only = p->name;
                 if (strcmp(p->name, "eval-every") == 0)
                     o->have_eval_every = true;
                 if (zps_argv_pushf(to, "--%s", p->name) || (p->has_arg && zps_argv_push(to, a)))
@@ -549,8 +571,21 @@ int zps_launch_opts_parse(int argc, char **argv, zps_launch_opts_t *o)
         if (ex)
             return ex;
     }
-    if (optind < argc)
+    /* getopt_long stepped over the "--" that ends launch's flags only when
+     * optind moved one word past where the last option ended. */
+    if (optind == last + 1 && last < argc && strcmp(argv[last], "--") == 0) {
+        if (optind == argc)
+            return usage_error("'--' needs a COMMAND after it: zps launch [options] -- COMMAND "
+                               "ARGS...");
+        o->command = argv + optind;
+        o->command_n = (size_t)(argc - optind);
+    } else if (optind < argc) {
         return usage_error("unexpected argument '%s'", argv[optind]);
+    }
+    if (o->command && worker_only)
+        return usage_error("--%s is for zps-worker, and with a command (-- %s) no zps-worker "
+                           "runs: give the command its own flags after '--'",
+                           worker_only, o->command[0]);
     if (have_staleness && strcmp(o->mode, "ssp") != 0)
         return usage_error("--staleness applies to --mode ssp only");
     if (strcmp(o->mode, "ssp") == 0 && (!have_staleness || o->ssp_bound == 0))

@@ -64,6 +64,12 @@ typedef struct zps_launch_opts {
     uint32_t port;                 /* --port: a host's first server port (default 7100) */
     zps_launch_straggler_t specs[ZPS_LAUNCH_MAX_STRAGGLERS];
     size_t spec_count;
+    /* `zps launch [flags] -- COMMAND ARGS...`: the words after "--", pointing
+     * into argv (command[command_n] is argv's NULL). The command runs once per
+     * worker rank instead of zps-worker, told the cluster by its environment
+     * (docs/launch.md); no evaluator, no C model. NULL without. */
+    char **command;
+    size_t command_n;
     /* The ZPS_* variables that name a flag of the workers or the servers, as
      * those flags (zps_launch_opts_env): the children read the variables
      * themselves, before their command line; launch checks and plans with

@@ -45,10 +45,42 @@ static const char *value(const zps_argv_t *args, const zps_argv_t *env, const ch
     return v ? v : zps_argv_last_value(env, flag);
 }
 
+/*
+ * With a command (-- COMMAND) launch knows no model, no data and no clocks:
+ * those are the command's. So there is no recipe to fill in (the cosine's
+ * length would be a guess); the servers get the optimizer flags given, or
+ * zps-server's own defaults, and the line says so without claiming a model.
+ */
+static int plan_command(const zps_launch_opts_t *o)
+{
+    char opt[400] = "";
+    size_t len = 0;
+    const zps_argv_t *lists[2] = {&o->env_server_args, &o->server_args};
+    for (int k = 0; k < 2; k++)
+        for (size_t i = 0; i < lists[k]->n && len < sizeof(opt); i++)
+            len += (size_t)snprintf(opt + len, sizeof(opt) - len, "%s%s", len ? " " : "",
+                                    lists[k]->v[i]);
+    bool given = any_optimizer_flag(&o->server_args) || any_optimizer_flag(&o->env_server_args);
+    fprintf(stderr, "zps launch: command:");
+    for (size_t i = 0; i < o->command_n; i++)
+        fprintf(stderr, " %s", o->command[i]);
+    fprintf(stderr, ", once per worker rank (%u rank%s); ", o->workers, o->workers == 1 ? "" : "s");
+    if (given)
+        fprintf(stderr, "the servers get %s\n", opt);
+    else
+        fprintf(stderr,
+                "the servers use zps-server's default optimizer%s%s (no default recipe "
+                "with a command: its model and its steps are the command's)\n",
+                len ? "; they get " : "", opt);
+    return 0;
+}
+
 /* Needs the number of training examples (read from the data's header, not
  * loaded) to turn epochs into clocks. */
 int zps_launch_plan(zps_launch_opts_t *o)
 {
+    if (o->command)
+        return plan_command(o);
     zps_argv_t *wa = &o->worker_args, *sa = &o->server_args;
     const zps_argv_t *we = &o->env_worker_args;
     const char *bv = value(wa, we, "batch"), *ev = value(wa, we, "epochs");

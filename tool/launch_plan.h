@@ -16,6 +16,8 @@
 /*
  * Appends the recipe's flags to o->worker_args and o->server_args for what
  * they do not give, sets o->have_eval_every, and prints the plan on stderr.
+ * With a command (o->command) there is no recipe: it appends nothing, reads
+ * no data, and the line names the command and the servers' optimizer flags.
  * Call after zps_launch_opts_check (it trusts the values). Blocks on reading
  * the data's header. Returns 0, ZPS_LAUNCH_EXIT_USAGE after one line on
  * stderr (data not found, fewer examples than workers) or
