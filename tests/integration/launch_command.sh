@@ -149,9 +149,6 @@ grep -q "zps launch: failed: worker 1 (pid [0-9]*) exited with status 3; its log
 grep -q '"status": "failed"' "$runs/fail/summary.json" || fail "summary of the failed run"
 grep -q '"failed_process": "worker 1"' "$runs/fail/summary.json" || fail "summary: failed_process"
 none_alive "$runs/fail"
-for f in "$runs"/fail/server-*.endpoint; do
-    expect_status 1 "$zps" stats --servers "$(cat "$f")" --timeout-ms 2000
-done
 
 # --- --keys: each rank gets its own key files, rank 0 an admin key ---
 rc=0
@@ -208,5 +205,6 @@ grep -q "'--' needs a COMMAND" "$dir/err" || fail "'--' alone: $(cat "$dir/err")
 expect_status 2 "$zps" launch --runs-dir "$runs" --name refused -- "$dir/no-such-command"
 grep -q "cannot find the command" "$dir/err" || fail "a missing command: $(cat "$dir/err")"
 [ ! -e "$runs/refused" ] || fail "a refused launch made a run folder"
-"$zps" launch --help | grep -q -- "-- COMMAND ARGS" || fail "--help does not mention -- COMMAND"
+"$zps" launch --help >"$dir/help"
+grep -q -- "-- COMMAND ARGS" "$dir/help" || fail "--help does not mention -- COMMAND"
 echo "launch command: all checks passed"
