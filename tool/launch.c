@@ -24,6 +24,11 @@
  * starts, and every command line, launch's own client too, gets the path of
  * its own secret key and the servers' public key.
  *
+ * With `-- COMMAND` the workers are the user's command, once per rank, with
+ * the flags a worker would get (servers, rank, metrics file, key files) as
+ * ZPS_* variables of its environment instead, and there is no evaluator:
+ * the run ends when every rank has exited, all with 0 for success.
+ *
  * With --hosts every child runs on its host over ssh (launch_hosts.h): the
  * same child_t, its command line wrapped in ssh and the far side's
  * supervisor (launch_remote.h), its log arriving on ssh's stderr and its

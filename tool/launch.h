@@ -1,9 +1,11 @@
 /*
  * launch.h - `zps launch`: a whole zps cluster on this machine from one
  * command. It starts S zps-server shards on free loopback ports and W
- * zps-worker processes, shows one live progress line, stops everything
- * cleanly when training ends, on Ctrl-C or when a process fails, and leaves a
- * run folder (logs, metrics, command lines, summary.json, plot tables).
+ * zps-worker processes (or, after "--", a command of the user's once per
+ * worker rank, told the cluster by its environment), shows one live
+ * progress line, stops everything cleanly when training ends, on Ctrl-C or
+ * when a process fails, and leaves a run folder (logs, metrics, command
+ * lines, summary.json, plot tables).
  * docs/launch.md is the user's page.
  *
  * The command is five files, one idea each: launch_opts.h (the flags and
