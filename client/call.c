@@ -136,6 +136,8 @@ void call_begin(zps_client_t *c, enum zps_msg_type type)
         k->took = false;
         k->active = true;
         k->pending = false;
+        k->started = false;
+        k->staged = 0;
         k->payload = NULL;
         k->count = 0;
         zps_header_init(&k->req, type);
@@ -299,9 +301,50 @@ static void log_waiting(zps_client_t *c, uint64_t since_ns, uint64_t now)
  * returned. On failure, every shard still waiting has its socket replaced;
  * either way no payload of the caller's is held by ZeroMQ on return.
  */
+/*
+ * Sends k's request for the first time in this call, and arms its resend
+ * timer; call_wait then carries it to its reply. Returns 0 (sent, or not
+ * yet: ZeroMQ's queue is full, the wait tries again within SEND_AGAIN_MS)
+ * or the send's failure.
+ */
+int call_start(zps_client_t *c, conn_t *k)
+{
+    uint64_t now = zps_now_ns();
+    conn_read_monitor(k);
+    k->was_up = k->up;
+    k->handshakes_at = k->handshakes;
+    k->pending = true;
+    k->started = true;
+    k->backoff_ms = c->opts.retry_ms;
+    k->resend_at_ns =
+        c->opts.retry_ms > 0 ? now + (uint64_t)c->opts.retry_ms * 1000000ull : UINT64_MAX;
+    int rc = call_send(c, k);
+    if (rc == ZPS_EAGAIN) {
+        rc = 0;
+        k->resend_at_ns = now + SEND_AGAIN_MS * 1000000ull;
+    }
+    return rc;
+}
+
+/* Sends every active shard's request and waits for the replies (call_wait). */
 int call_exchange(zps_client_t *c, bool all)
 {
     int rc = 0;
+    for (size_t i = 0; i < c->nconns && rc == 0; i++)
+        if (c->conns[i].active)
+            rc = call_start(c, &c->conns[i]);
+    return call_wait(c, all, rc);
+}
+
+/*
+ * Waits for the replies to the requests call_start sent, resending as the
+ * file's head says, until every one is in or the call's timeout (counted
+ * from here) expires. `all`: a shard's refusal or bad reply is noted in its
+ * outcome and the others are still waited for; otherwise the first ends
+ * the call. `rc`: a failure of the sends, which ends the call at once.
+ */
+int call_wait(zps_client_t *c, bool all, int rc)
+{
     int first = 0; /* with `all`: the first shard's failure */
     uint64_t now = zps_now_ns();
     const uint64_t start = now;
@@ -310,24 +353,8 @@ int call_exchange(zps_client_t *c, bool all)
     uint64_t log_at =
         c->opts.wait_log_ms > 0 ? now + (uint64_t)c->opts.wait_log_ms * 1000000ull : UINT64_MAX;
     size_t waiting = 0;
-    for (size_t i = 0; i < c->nconns && rc == 0; i++) {
-        conn_t *k = &c->conns[i];
-        if (!k->active)
-            continue;
-        conn_read_monitor(k);
-        k->was_up = k->up;
-        k->handshakes_at = k->handshakes;
-        k->pending = true;
-        k->backoff_ms = c->opts.retry_ms;
-        k->resend_at_ns =
-            c->opts.retry_ms > 0 ? now + (uint64_t)c->opts.retry_ms * 1000000ull : UINT64_MAX;
-        rc = call_send(c, k);
-        if (rc == ZPS_EAGAIN) {
-            rc = 0;
-            k->resend_at_ns = now + SEND_AGAIN_MS * 1000000ull;
-        }
-        waiting++;
-    }
+    for (size_t i = 0; i < c->nconns; i++)
+        waiting += c->conns[i].pending;
 
     while (rc == 0 && waiting > 0) {
         now = zps_now_ns();

@@ -59,6 +59,13 @@ static void info_out(zps_reply_info_t *info, const zps_reply_info_t *full)
         copy_out(info, info->size, full, sizeof(*full));
 }
 
+/* Every other call while a staged exchange holds the requests. */
+static int staged_busy(zps_client_t *c)
+{
+    client_set_error(c, "a staged exchange is in progress: zps_client_exchange_end comes first");
+    return ZPS_EBUSY;
+}
+
 void zps_client_opts_default(zps_client_opts_t *opts)
 {
     memset(opts, 0, sizeof(*opts));
@@ -213,6 +220,8 @@ static void attach_lease(zps_client_t *c, bool ask, bool complete)
 
 int zps_client_set_lease(zps_client_t *c, const zps_lease_req_t *req)
 {
+    if (c->staged.on)
+        return staged_busy(c);
     if (!req) {
         c->lease_set = false;
         return 0;
@@ -229,6 +238,8 @@ int zps_client_set_lease(zps_client_t *c, const zps_lease_req_t *req)
 
 int zps_client_finish(zps_client_t *c)
 {
+    if (c->staged.on)
+        return staged_busy(c);
     call_begin(c, ZPS_MSG_HEARTBEAT);
     for (size_t i = 0; i < c->nconns; i++)
         c->conns[i].req.flags |= ZPS_FLAG_FINISHED;
@@ -248,6 +259,8 @@ static int prepare_init(zps_client_t *c, const float *values, uint64_t n)
 
 int zps_client_init(zps_client_t *c, const float *values, uint64_t n)
 {
+    if (c->staged.on)
+        return staged_busy(c);
     if (n == 0 || !values)
         return ZPS_EINVAL;
     bool refusal = false;
@@ -374,6 +387,8 @@ static int pull_once(zps_client_t *c, uint64_t clock, float *out, uint64_t n,
  * socket: a pull changes nothing at the server. */
 int zps_client_pull(zps_client_t *c, uint64_t clock, float *out, uint64_t n, zps_reply_info_t *info)
 {
+    if (c->staged.on)
+        return staged_busy(c);
     if (n == 0 || !out || info_ok(info))
         return ZPS_EINVAL;
     zps_reply_info_t full = {.size = sizeof(full)};
@@ -418,6 +433,8 @@ static int pull_alloc_once(zps_client_t *c, uint64_t clock, float **out, uint64_
 int zps_client_pull_alloc(zps_client_t *c, uint64_t clock, float **out, uint64_t *n,
                           zps_reply_info_t *info)
 {
+    if (c->staged.on)
+        return staged_busy(c);
     if (info_ok(info))
         return ZPS_EINVAL;
     zps_reply_info_t full = {.size = sizeof(full)};
@@ -516,13 +533,14 @@ static int push(zps_client_t *c, uint64_t clock, const float *grad, uint64_t n, 
     return rc;
 }
 
-static int exchange(zps_client_t *c, uint64_t clock, const float *grad, uint64_t n, uint32_t batch,
-                    float *out, zps_reply_info_t *info)
+/*
+ * What became of an exchange whose requests call_wait has carried (rc its
+ * outcome): the push's outcome when a shard did not take it, else the
+ * pull's parameters into out[n].
+ */
+static int exchange_finish(zps_client_t *c, uint64_t clock, float *out, uint64_t n,
+                           zps_reply_info_t *info, int rc)
 {
-    int rc = prepare_push(c, clock, grad, n, batch, ZPS_FLAG_EXCHANGE);
-    if (rc)
-        return rc;
-    rc = call_exchange(c, true);
     /* A shard whose pull failed after it took the push says so (TAKEN). */
     for (size_t i = 0; i < c->nconns; i++) {
         conn_t *k = &c->conns[i];
@@ -548,9 +566,20 @@ static int exchange(zps_client_t *c, uint64_t clock, const float *grad, uint64_t
     return rc == ZPS_ESHM ? pull_once(c, clock + 1, out, n, NULL) : rc;
 }
 
+static int exchange(zps_client_t *c, uint64_t clock, const float *grad, uint64_t n, uint32_t batch,
+                    float *out, zps_reply_info_t *info)
+{
+    int rc = prepare_push(c, clock, grad, n, batch, ZPS_FLAG_EXCHANGE);
+    if (rc)
+        return rc;
+    return exchange_finish(c, clock, out, n, info, call_exchange(c, true));
+}
+
 int zps_client_push(zps_client_t *c, uint64_t clock, const float *grad, uint64_t n, uint32_t batch,
                     zps_reply_info_t *info)
 {
+    if (c->staged.on)
+        return staged_busy(c);
     if (n == 0 || !grad || info_ok(info))
         return ZPS_EINVAL;
     zps_reply_info_t full = {.size = sizeof(full)};
@@ -562,10 +591,111 @@ int zps_client_push(zps_client_t *c, uint64_t clock, const float *grad, uint64_t
 int zps_client_exchange(zps_client_t *c, uint64_t clock, const float *grad, uint64_t n,
                         uint32_t batch, float *out, zps_reply_info_t *info)
 {
+    if (c->staged.on)
+        return staged_busy(c);
     if (n == 0 || !grad || !out || clock == UINT64_MAX || info_ok(info))
         return ZPS_EINVAL;
     zps_reply_info_t full = {.size = sizeof(full)};
     int rc = exchange(c, clock, grad, n, batch, out, info ? &full : NULL);
+    info_out(info, &full);
+    return rc;
+}
+
+int zps_client_exchange_begin(zps_client_t *c, uint64_t clock, const float *grad, uint64_t n,
+                              uint32_t batch, float *out)
+{
+    if (c->staged.on)
+        return staged_busy(c);
+    if (n == 0 || !grad || !out || clock == UINT64_MAX)
+        return ZPS_EINVAL;
+    call_begin(c, ZPS_MSG_PUSH);
+    slices_attach(c, grad, n);
+    int rc = c->opts.wire_bf16 ? slices_narrow_prepare(c, n) : 0;
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < c->nconns; i++) {
+        conn_t *k = &c->conns[i];
+        k->req.clock = clock;
+        k->req.batch = batch;
+        k->req.model_version = k->version;
+        k->req.flags |= ZPS_FLAG_EXCHANGE;
+        k->active = false; /* until its slice is sent */
+    }
+    attach_lease(c, true, true);
+    c->staged.on = true;
+    c->staged.clock = clock;
+    c->staged.n = n;
+    c->staged.out = out;
+    c->staged.rc = 0;
+    c->staged.send_rc = 0;
+    return 0;
+}
+
+/* Shard k's slice is final: checked (and summed or narrowed), then its request sent. */
+static void staged_send(zps_client_t *c, conn_t *k)
+{
+    if (k->started || c->staged.rc || c->staged.send_rc)
+        return;
+    int rc = c->opts.wire_bf16 ? slices_narrow_one(c, k, "gradient element")
+                               : slices_sum_one(c, k, "gradient element");
+    if (rc) {
+        c->staged.rc = rc; /* this slice and those not sent yet go nowhere */
+        return;
+    }
+    k->active = true;
+    c->staged.send_rc = call_start(c, k);
+}
+
+int zps_client_exchange_ready(zps_client_t *c, uint64_t lo, uint64_t hi)
+{
+    if (!c->staged.on || lo > hi || hi > c->staged.n)
+        return ZPS_EINVAL;
+    int rc = 0;
+    for (size_t i = 0; i < c->nconns; i++) {
+        conn_t *k = &c->conns[i];
+        uint64_t a = lo > k->req.offset ? lo : k->req.offset;
+        uint64_t b = hi < k->req.offset + k->count ? hi : k->req.offset + k->count;
+        if (a >= b)
+            continue;
+        if (k->staged + (b - a) > k->count) {
+            client_set_error(c, "exchange_ready: elements of shard %zu's slice declared twice", i);
+            rc = ZPS_EINVAL;
+            continue;
+        }
+        k->staged += b - a;
+        if (k->staged == k->count)
+            staged_send(c, k);
+    }
+    if (c->staged.send_rc)
+        return c->staged.send_rc;
+    return c->staged.rc ? c->staged.rc : rc;
+}
+
+int zps_client_exchange_end(zps_client_t *c, zps_reply_info_t *info)
+{
+    if (!c->staged.on)
+        return ZPS_EINVAL;
+    int bad_info = info_ok(info);
+    for (size_t i = 0; i < c->nconns; i++)
+        staged_send(c, &c->conns[i]);
+    c->staged.on = false;
+    /* A slice that could not be sent: the shards that have the push are
+     * still heard, so the outcome names who took it (ZPS_EPARTIAL). */
+    for (size_t i = 0; i < c->nconns; i++)
+        if (!c->conns[i].started)
+            c->conns[i].outcome = c->staged.rc;
+    char why[sizeof(c->err)];
+    snprintf(why, sizeof(why), "%s", c->err);
+    int rc = call_wait(c, true, c->staged.send_rc);
+    if (rc == 0 && c->staged.rc) {
+        rc = c->staged.rc;
+        snprintf(c->err, sizeof(c->err), "%s", why);
+    }
+    zps_reply_info_t full = {.size = sizeof(full)};
+    rc = exchange_finish(c, c->staged.clock, c->staged.out, c->staged.n, bad_info ? NULL : &full,
+                         rc);
+    if (bad_info)
+        return ZPS_EINVAL;
     info_out(info, &full);
     return rc;
 }
@@ -597,16 +727,22 @@ static int ask_every_shard(zps_client_t *c, enum zps_msg_type type, char **repor
 
 int zps_client_checkpoint(zps_client_t *c, char **report)
 {
+    if (c->staged.on)
+        return staged_busy(c);
     return ask_every_shard(c, ZPS_MSG_CHECKPOINT, report);
 }
 
 int zps_client_reload_keys(zps_client_t *c, char **report)
 {
+    if (c->staged.on)
+        return staged_busy(c);
     return ask_every_shard(c, ZPS_MSG_RELOAD_KEYS, report);
 }
 
 int zps_client_stats(zps_client_t *c, size_t index, char **json)
 {
+    if (c->staged.on)
+        return staged_busy(c);
     if (index >= c->nconns)
         return ZPS_EINVAL;
     /* One shard only: ask it alone, so a dead neighbour cannot time this out. */

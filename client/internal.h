@@ -141,6 +141,8 @@ struct conn {
     const void *payload; /* slice to send (float32, or bfloat16 with ZPS_FLAG_BF16), or NULL */
     size_t count;        /* its elements */
     bool active;         /* takes part in the call in progress */
+    uint64_t staged;     /* a staged exchange (client.c): elements of the slice declared ready */
+    bool started;        /* call_start has sent it (call_begin clears it) */
 
     /* call.c (the verbs read the reply, and close it once read) */
     bool pending;           /* no reply yet */
@@ -186,6 +188,16 @@ struct zps_client {
     pthread_cond_t released;
     long inflight; /* zero-copy payloads ZeroMQ has not released yet */
 
+    /* client.c: a staged exchange in progress (zps_client_exchange_begin
+     * until zps_client_exchange_end): no other call may use the requests. */
+    struct {
+        bool on;
+        uint64_t clock, n;
+        float *out;
+        int rc;      /* a slice was refused (ZPS_ENONFINITE): it and the unsent ones stay here */
+        int send_rc; /* a send failed: the call ends at its end */
+    } staged;
+
     /* The lease request of the next pull, push or exchange (zps_client_set_lease). */
     zps_lease_req_t lease;
     bool lease_set;
@@ -228,12 +240,17 @@ __attribute__((format(printf, 2, 3))) void client_set_error(zps_client_t *c, con
 zps_wire_free_fn *call_lend_payload(zps_client_t *c);
 void call_begin(zps_client_t *c, enum zps_msg_type type);
 int call_exchange(zps_client_t *c, bool all);
+int call_start(zps_client_t *c, conn_t *k);
+int call_wait(zps_client_t *c, bool all, int rc);
 void call_collect_info(zps_client_t *c, zps_reply_info_t *info);
 
 /* slices.c */
 void slices_attach(zps_client_t *c, const float *v, uint64_t n);
 int slices_sum(zps_client_t *c, const char *what);
+int slices_sum_one(zps_client_t *c, conn_t *k, const char *what);
 int slices_narrow(zps_client_t *c, uint64_t n, const char *what);
+int slices_narrow_prepare(zps_client_t *c, uint64_t n);
+int slices_narrow_one(zps_client_t *c, conn_t *k, const char *what);
 
 /* config.c: the shards' configuration and the INIT probe. */
 int config_agree(zps_client_t *c, const char *outcome);

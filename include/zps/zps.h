@@ -385,6 +385,46 @@ ZPS_API int zps_client_exchange(zps_client_t *c, uint64_t clock, const float *gr
                                 uint32_t batch, float *out, zps_reply_info_t *info);
 
 /*
+ * A staged exchange: zps_client_exchange for a gradient that becomes final
+ * piece by piece (a backward pass produces the last layers' gradients
+ * first), so that each shard's request leaves as soon as its slice is
+ * final and its transfer overlaps the computation of the rest.
+ *
+ * zps_client_exchange_begin prepares the exchange of grad[n] (of `batch`
+ * examples at `clock`; the lease request too, as zps_client_exchange) and
+ * sends nothing. zps_client_exchange_ready(c, lo, hi) says grad[lo, hi)
+ * is final: every shard whose whole slice (the range rule) is now final
+ * is checked finite and sent at once, without blocking; the caller keeps
+ * the slice unchanged until the end. Each element is declared at most
+ * once (ZPS_EINVAL otherwise); they may come in any order.
+ * zps_client_exchange_end sends the slices not declared yet and waits, as
+ * zps_client_exchange does (its timeout counted from here), for the
+ * replies: the parameters of clock + 1 go to out[n] (which must not
+ * overlap grad, and is not written before this call); its return and
+ * `info` are zps_client_exchange's. Between begin and end no other call
+ * may be made on `c` (ZPS_EBUSY); every begin that returned 0 must be
+ * ended.
+ *
+ * One difference: a slice found non-finite when its shard is about to be
+ * sent is not sent, nor are the slices after it; the shards sent before
+ * have the push. End then returns ZPS_ENONFINITE when no shard was sent,
+ * else ZPS_EPARTIAL naming who took it (zps_client_push_taken), and the
+ * same exchange with a finite gradient may be repeated (a shard that took
+ * it acknowledges a retry).
+ *
+ * Returns: begin 0, ZPS_EINVAL, ZPS_EBUSY or ZPS_ENOMEM; ready 0,
+ * ZPS_EINVAL (no exchange begun, a range past n, an element declared
+ * twice), ZPS_ENONFINITE (a slice was refused; end still comes) or a
+ * send's failure (the call's, which end returns); end as
+ * zps_client_exchange, ZPS_EINVAL when no exchange was begun or `info`'s
+ * size is too small (the exchange is still completed, info not written).
+ */
+ZPS_API int zps_client_exchange_begin(zps_client_t *c, uint64_t clock, const float *grad,
+                                      uint64_t n, uint32_t batch, float *out);
+ZPS_API int zps_client_exchange_ready(zps_client_t *c, uint64_t lo, uint64_t hi);
+ZPS_API int zps_client_exchange_end(zps_client_t *c, zps_reply_info_t *info);
+
+/*
  * After zps_client_push or zps_client_exchange: true when shard `index` took that push (it answered
  * OK: applied, buffered, acknowledged as a retry, or dropped as too late).
  * False for an index out of range. Valid until the next call on `c`.

@@ -4,7 +4,8 @@
 #     in P's library folder, zps.h and errors.h in P/include/zps and zps.pc
 #     in the library folder's pkgconfig/;
 #   - the library exports exactly the functions the headers declare with
-#     ZPS_API, each tagged ZPS_1, and nothing else;
+#     ZPS_API, each tagged with its release's version node (ZPS_1, or
+#     ZPS_1.1 for the staged exchange), and nothing else;
 #   - each header compiles alone, as C11 and as C++, with -Wall -Wextra
 #     -pedantic -Werror, from P only;
 #   - docs/client.md's example (its ```c block) builds with `pkg-config
@@ -37,12 +38,16 @@ libdir=$(dirname "$so")
 for h in zps.h errors.h; do [ -f "$p/include/zps/$h" ] || fail "no $p/include/zps/$h"; done
 [ -f "$libdir/pkgconfig/zps.pc" ] || fail "no $libdir/pkgconfig/zps.pc"
 
-# --- the exports: the headers' ZPS_API functions, tagged ZPS_1, and no more ---
+# --- the exports: the headers' ZPS_API functions, tagged ZPS_1 or ZPS_1.1, and no more ---
 sed -n 's/^ZPS_API [^(]*[ *]\(zps_[a-z_0-9]*\)(.*/\1/p' "$p"/include/zps/*.h | sort >"$dir/declared"
 [ "$(wc -l <"$dir/declared")" -ge 20 ] || fail "only $(wc -l <"$dir/declared") declarations found"
-nm -D --defined-only "$so" | awk '$3 != "ZPS_1" { print $3 }' | sort >"$dir/exported"
-grep -v '@@ZPS_1$' "$dir/exported" && fail "exports without the ZPS_1 tag (above)"
-sed 's/@@ZPS_1$//' "$dir/exported" >"$dir/exported.names"
+nm -D --defined-only "$so" | awk '$3 != "ZPS_1" && $3 != "ZPS_1.1" { print $3 }' |
+    sort >"$dir/exported"
+grep -v '@@ZPS_1$' "$dir/exported" | grep -v '@@ZPS_1\.1$' &&
+    fail "exports without a ZPS_1 or ZPS_1.1 tag (above)"
+[ "$(grep -c '@@ZPS_1\.1$' "$dir/exported")" -eq 3 ] ||
+    fail "ZPS_1.1 should hold the three staged-exchange functions: $(grep '@@ZPS_1\.1' "$dir/exported")"
+sed 's/@@ZPS_1\(\.1\)\{0,1\}$//' "$dir/exported" >"$dir/exported.names"
 diff "$dir/declared" "$dir/exported.names" >"$dir/exports.diff" ||
     fail "exported (>) against declared (<): $(cat "$dir/exports.diff")"
 
@@ -102,5 +107,5 @@ LD_LIBRARY_PATH=$libdir "$dir/cm/b/fit" "$ep" >"$dir/cm.out" 2>&1 ||
     fail "the CMake-built example exited $?: $(cat "$dir/cm.out")"
 grep -qx 'a = 3.0000, b = -1.0000' "$dir/cm.out" || fail "the CMake-built fit: $(cat "$dir/cm.out")"
 
-echo "libzps_install: $(wc -l <"$dir/declared") functions exported as ZPS_1 from $so;" \
+echo "libzps_install: $(wc -l <"$dir/declared") functions exported as ZPS_1 and ZPS_1.1 from $so;" \
     "the example printed: $(tr '\n' ';' <"$dir/fit.out")"

@@ -17,6 +17,12 @@
  *   - bfloat16 on the wire: the server applies the gradient as rounded here
  *     (with the client's error feedback), keeps float32 parameters, and
  *     replies with them rounded to bfloat16;
+ *   - a staged exchange (zps_client_exchange_begin/ready/end): a shard's
+ *     request leaves once its slice is declared final, before the rest is
+ *     (its server has the push while the other has nothing); the result is
+ *     the plain exchange's, by hand; other calls are refused meanwhile; a
+ *     non-finite slice after one was sent is ZPS_EPARTIAL naming who took
+ *     it, repeated with a finite gradient it completes;
  *   - a model whose shards' payloads travel in several frames each
  *     (wire.h): three clocks of exchanges by two workers equal the
  *     arithmetic done here, bit for bit, and the servers stay within their
@@ -395,12 +401,97 @@ static void test_large_exchange(void **state)
         assert_int_equal(harness_stop(&srv[i]), 0);
 }
 
+/* Shard `shard`'s "clocks" entry for worker 0 as its STATS say (-1: no answer). */
+static int pushed_clocks(zps_client_t *obs, size_t shard)
+{
+    char *json = NULL;
+    if (zps_client_stats(obs, shard, &json) != 0)
+        return -1;
+    const char *p = strstr(json, "\"clocks\":[");
+    int v = p ? atoi(p + strlen("\"clocks\":[")) : -1;
+    free(json);
+    return v;
+}
+
+static void test_staged_exchange(void **state)
+{
+    (void)state;
+    harness_server_t srv[2];
+    start(srv, 2, "bsp", "1");
+    zps_client_t *c = client(srv, 2, 0);
+    zps_client_t *obs = client(srv, 2, -1);
+    assert_int_equal(zps_client_init(c, w0, N), 0);
+    float w[N], g[N], got[N], want[N];
+    assert_int_equal(zps_client_pull(c, 0, w, N, NULL), 0);
+    grad_of(0, g);
+    for (int i = 0; i < N; i++)
+        got[i] = -99.0f;
+
+    assert_int_equal(zps_client_exchange_ready(c, 0, 1), ZPS_EINVAL); /* none begun */
+    assert_int_equal(zps_client_exchange_begin(c, 0, g, N, 1, got), 0);
+    assert_int_equal(zps_client_exchange_begin(c, 0, g, N, 1, got), ZPS_EBUSY);
+    assert_int_equal(zps_client_pull(c, 0, w, N, NULL), ZPS_EBUSY);
+    assert_int_equal(zps_client_exchange_ready(c, 5, 8), 0); /* part of shard 1: nothing yet */
+    assert_int_equal(pushed_clocks(obs, 1), 0);
+    assert_int_equal(zps_client_exchange_ready(c, 8, 10), 0); /* shard 1's slice is final */
+    int on1 = 0;
+    for (int tries = 0; tries < 200 && on1 != 1; tries++) {
+        on1 = pushed_clocks(obs, 1);
+        if (on1 != 1)
+            zps_sleep_ms(50);
+    }
+    assert_int_equal(on1, 1);                          /* shard 1 has the push... */
+    assert_int_equal(pushed_clocks(obs, 0), 0);        /* ...shard 0 nothing */
+    assert_true(got[0] == -99.0f && got[9] == -99.0f); /* out untouched before the end */
+    assert_int_equal(zps_client_exchange_ready(c, 9, 10), ZPS_EINVAL); /* declared twice */
+    assert_int_equal(zps_client_exchange_ready(c, 0, N + 1), ZPS_EINVAL);
+    assert_int_equal(zps_client_exchange_ready(c, 0, 5), 0);
+    zps_reply_info_t info = ZPS_REPLY_INFO_INIT;
+    assert_int_equal(zps_client_exchange_end(c, &info), 0);
+    assert_int_equal(zps_client_exchange_end(c, &info), ZPS_EINVAL);
+    for (int i = 0; i < N; i++) {
+        want[i] = w0[i] - 0.5f * g[i];
+        if (got[i] != want[i])
+            fail_msg("element %d: %.9g, expected %.9g", i, (double)got[i], (double)want[i]);
+    }
+    assert_int_equal(info.min_version, 1);
+    assert_int_equal(info.next_clock, 1);
+
+    /* Shard 1's slice goes, shard 0's is not finite: taken by shard 1 only. */
+    float bad[N];
+    memcpy(bad, g, sizeof(bad));
+    bad[2] = NAN;
+    assert_int_equal(zps_client_exchange_begin(c, 1, bad, N, 1, got), 0);
+    assert_int_equal(zps_client_exchange_ready(c, 5, 10), 0);
+    assert_int_equal(zps_client_exchange_ready(c, 0, 5), ZPS_ENONFINITE);
+    assert_int_equal(zps_client_exchange_end(c, &info), ZPS_EPARTIAL);
+    assert_true(zps_client_push_taken(c, 1));
+    assert_false(zps_client_push_taken(c, 0));
+    assert_non_null(strstr(zps_client_last_error(c), "shard 0"));
+    /* The same exchange with a finite gradient: shard 1 acknowledges a retry. */
+    assert_int_equal(zps_client_exchange(c, 1, g, N, 1, got, &info), 0);
+    assert_true(info.retried);
+    for (int i = 0; i < N; i++)
+        assert_true(got[i] == want[i] - 0.5f * g[i]);
+
+    /* Not finite in the first slice end sends: nothing sent at all. */
+    assert_int_equal(zps_client_exchange_begin(c, 2, bad, N, 1, got), 0);
+    assert_int_equal(zps_client_exchange_end(c, &info), ZPS_ENONFINITE);
+    assert_false(zps_client_push_taken(c, 0));
+    assert_false(zps_client_push_taken(c, 1));
+    assert_int_equal(pushed_clocks(obs, 1), 2);
+    zps_client_free(obs);
+    zps_client_free(c);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(harness_stop(&srv[i]), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bsp_exchange),       cmocka_unit_test(test_asp_exchange),
         cmocka_unit_test(test_stop_while_waiting), cmocka_unit_test(test_bf16_exchange),
-        cmocka_unit_test(test_large_exchange),
+        cmocka_unit_test(test_large_exchange),     cmocka_unit_test(test_staged_exchange),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
