@@ -144,8 +144,16 @@ def _declare(lib):
         "zps_client_check_endpoint": (c_int, [cp, cp, c_size_t]),
         "zps_client_last_remote_status": (c_int, [vp]),
     }
-    for name, (res, args) in sigs.items():
-        f = getattr(lib, name)
+    # ZPS_1.1: the staged exchange (absent from a library of the first release).
+    optional = {
+        "zps_client_exchange_begin": (c_int, [vp, c_uint64, fp, c_uint64, c_uint32, fp]),
+        "zps_client_exchange_ready": (c_int, [vp, c_uint64, c_uint64]),
+        "zps_client_exchange_end": (c_int, [vp, info_p]),
+    }
+    for name, (res, args) in list(sigs.items()) + list(optional.items()):
+        f = getattr(lib, name, None)
+        if f is None and name in optional:
+            continue
         f.restype = res
         f.argtypes = args
 

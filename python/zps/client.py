@@ -185,10 +185,11 @@ class Client:
         self.size = None  # the model's element count, once known
         self.last_info = None
         self._wait_log = wait_log or 0
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._checked = workers is None
         self._call = None  # (verb, clock, started) of the call in progress, for the watch
         self._watch = None
+        self._staged = None
 
         opts = _lib.ClientOpts()
         lib.zps_client_opts_default(ctypes.byref(opts))
@@ -364,6 +365,61 @@ class Client:
         self.last_info = Info(info)
         return out
 
+    @property
+    def can_stage(self):
+        """Whether the library has the staged exchange (libzps ZPS_1.1)."""
+        return hasattr(self._lib, "zps_client_exchange_end")
+
+    def exchange_begin(self, clock, grad, batch, out):
+        """Begins a staged exchange (zps_client_exchange_begin): nothing is sent
+        until ``exchange_ready`` declares a shard's slice of ``grad`` final; the
+        client is held for this thread until ``exchange_end``."""
+        gptr, n, gkeep = _as_buffer(grad, False, "exchange grad")
+        optr, on, okeep = _as_buffer(out, True, "exchange out")
+        if on != n:
+            raise ValueError("exchange_begin: out has %d elements, grad %d" % (on, n))
+        if optr < gptr + 4 * n and gptr < optr + 4 * n:
+            raise ValueError("exchange_begin: out overlaps grad")
+        self._lock.acquire()
+        try:
+            self._handle()
+            self._check_workers()
+            rc = self._lib.zps_client_exchange_begin(self._c, clock, gptr, n, batch, optr)
+            if rc != 0:
+                self._fail(rc, "exchange")
+        except BaseException:
+            self._lock.release()
+            raise
+        self._staged = (clock, out, n, gkeep, okeep)
+
+    def exchange_ready(self, lo, hi):
+        """grad[lo:hi] is final: each shard whose whole slice now is leaves at once.
+        A refused slice (non-finite) raises here; exchange_end must still follow."""
+        rc = self._lib.zps_client_exchange_ready(self._c, lo, hi)
+        if rc != 0:
+            self._fail(rc, "exchange")
+
+    def exchange_end(self):
+        """Sends what was not declared, waits for the replies; returns ``out``."""
+        if self._staged is None:
+            raise ValueError("exchange_end: no staged exchange was begun")
+        clock, out, n, gkeep, okeep = self._staged
+        self._staged = None
+        info = _lib.ReplyInfo(size=ctypes.sizeof(_lib.ReplyInfo))
+        try:
+            self._begin("exchange", clock)
+            rc = self._lib.zps_client_exchange_end(self._c, ctypes.byref(info))
+            self._call = None
+            if rc != 0:
+                self._fail(rc, "exchange")
+            self.size = n
+        finally:
+            self._call = None
+            self._lock.release()
+        del gkeep, okeep
+        self.last_info = Info(info)
+        return out
+
     def finish(self):
         """Tells every shard this worker has no batch left."""
         def call():
@@ -397,6 +453,11 @@ class Client:
 
     def close(self):
         """Stops the heartbeat, closes the sockets. Idempotent."""
+        if self._staged is not None:
+            try:  # a staged exchange left open (its caller raised): its shards are told
+                self.exchange_end()
+            except Error:
+                pass
         w, self._watch = self._watch, None
         if w is not None:
             w.stop()

@@ -150,6 +150,79 @@ class OptimizerTest(unittest.TestCase):
         self.assertEqual([x["batch"] for x in steps], [8] * clocks)
 
 
+class _Probe(torch.autograd.Function):
+    """The identity; its backward (which runs once every later layer's has) calls back."""
+
+    @staticmethod
+    def forward(ctx, x, fn):
+        ctx.fn = fn
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        ctx.fn()
+        return g, None
+
+
+class OverlapTest(unittest.TestCase):
+    def test_last_shard_leaves_during_backward(self):
+        # Model vector: conv1 [0, 40), conv2 [40, 188), linear [188, 838); shard 1
+        # of 2 is [419, 838), inside the linear layer's parameters. While the
+        # backward pass is between conv2 and conv1, shard 1 must already have
+        # this clock's push and shard 0 (which holds conv1) must not.
+        seen = []
+        torch.manual_seed(0)
+        conv1, conv2 = torch.nn.Conv2d(1, 4, 3), torch.nn.Conv2d(4, 4, 3)
+        lin = torch.nn.Linear(64, 10)
+        params = list(conv1.parameters()) + list(conv2.parameters()) + list(lin.parameters())
+        start = [p.detach().clone() for p in params]
+        g = torch.Generator().manual_seed(5)
+        x, y = torch.randn(8, 1, 8, 8, generator=g), torch.randint(0, 10, (8,), generator=g)
+        with Cluster(shards=2, workers=1, args=["--lr", str(LR)]) as cl, \
+                zps.Client(cl.endpoints, rank=0, workers=1) as c, \
+                zps.Client(cl.endpoints, timeout=5) as obs:
+            opt = zps.torch.ParameterServerOptimizer(params, c)
+            self.assertTrue(opt.overlap)
+            clock = [0]
+
+            def probe():
+                import time
+                deadline = time.monotonic() + 10
+                while True:
+                    on1 = obs.stats(1)["clocks"][0]
+                    if on1 == clock[0] + 1 or time.monotonic() > deadline:
+                        break
+                    time.sleep(0.01)
+                seen.append((on1, obs.stats(0)["clocks"][0]))
+
+            def forward(x):
+                h = torch.relu(conv1(x))
+                h = _Probe.apply(h, probe)
+                return lin(torch.relu(conv2(h)).flatten(1))
+            for t in range(3):
+                clock[0] = t
+                opt.zero_grad(batch_size=len(x))
+                loss = torch.nn.functional.cross_entropy(forward(x), y)
+                loss.backward()
+                opt.step(loss=loss)
+            got = torch.cat([p.detach().reshape(-1) for p in params])
+            opt.close()
+        self.assertEqual(seen, [(t + 1, t) for t in range(3)])
+        # The same three steps in one process, plain SGD.
+        with torch.no_grad():
+            for p, s0 in zip(params, start):
+                p.copy_(s0)
+        ref = torch.optim.SGD(params, lr=LR)
+        for t in range(3):
+            ref.zero_grad()
+            h = torch.relu(conv2(torch.relu(conv1(x))))
+            torch.nn.functional.cross_entropy(lin(h.flatten(1)), y).backward()
+            ref.step()
+        want = torch.cat([p.detach().reshape(-1) for p in params])
+        rel = (torch.norm(got - want) / torch.norm(want)).item()
+        self.assertLess(rel, 1e-5)
+
+
 class MisuseTest(unittest.TestCase):
     def test_refusals(self):
         with self.assertRaises(TypeError):

@@ -44,10 +44,14 @@ def main():
             for idx in part.batches():
                 if clock == clocks:
                     break
-                if rank == 1:
-                    model.zero_grad(set_to_none=True)  # opt re-links the new gradients
+                if accumulate:
+                    opt.zero_grad()  # micro-batches: one exchange after the k-th
                 else:
-                    opt.zero_grad()
+                    opt.zero_grad(batch_size=len(idx))  # known early: the exchange overlaps
+                if rank == 1:
+                    # Gradients set to None: backward makes new tensors, which the
+                    # optimizer copies into its buffer as each one is complete.
+                    model.zero_grad(set_to_none=True)
                 idx = torch.tensor(idx)
                 if accumulate:
                     for half in (idx[: len(idx) // 2], idx[len(idx) // 2:]):
@@ -57,7 +61,7 @@ def main():
                 else:
                     loss = loss_fn(model(x[idx]), y[idx])
                     loss.backward()
-                    opt.step(batch_size=len(idx), loss=loss)
+                    opt.step(loss=loss)
                 clock += 1
         if rank == 0:
             with torch.no_grad():

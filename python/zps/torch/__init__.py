@@ -3,10 +3,10 @@
     client = zps.Client()                      # from zps launch's environment
     opt = zps.torch.ParameterServerOptimizer(model, client)
     for x, y in loader:
-        opt.zero_grad()
+        opt.zero_grad(batch_size=len(x))      # the batch known now: overlap
         loss = loss_fn(model(x), y)           # a mean over the batch
-        loss.backward()
-        opt.step(batch_size=len(x), loss=loss)
+        loss.backward()                       # each shard's gradient leaves when done
+        opt.step(loss=loss)
     opt.finish()
 
 The optimizer is the servers' (zps-server --optimizer, --lr, --momentum,
@@ -54,6 +54,16 @@ class ParameterServerOptimizer:
     sends the model's current values as the initial model; every worker
     then pulls clock ``clock``, so all start from the servers' model.
 
+    ``overlap`` (default True): when the step's batch size is known before
+    the backward pass (``zero_grad(batch_size=n)``), each shard's slice of
+    the gradient is sent as soon as the backward pass has accumulated every
+    parameter in it (a post-accumulation hook per parameter), so its
+    transfer overlaps the backward pass of the layers before it; ``step``
+    then sends what is left and waits. The buckets are the shards' slices
+    of the model vector (the range rule): S servers, S buckets, the last
+    layers' first. Without a batch size before backward, or with
+    ``accumulate`` > 1, ``step`` exchanges the whole gradient at once.
+
     ``accumulate=k``: ``step`` exchanges every k-th call, with the mean
     of the k micro-batches' gradients and their examples together.
 
@@ -67,7 +77,7 @@ class ParameterServerOptimizer:
     """
 
     def __init__(self, model, client, *, clock=0, init=None, accumulate=1, metrics=None,
-                 steps_per_epoch=None, seed=None):
+                 steps_per_epoch=None, seed=None, overlap=True):
         if not isinstance(client, Client):
             raise TypeError("ParameterServerOptimizer: client is a zps.Client, not %s"
                             % type(client).__name__)
@@ -101,7 +111,19 @@ class ParameterServerOptimizer:
         self._micro_batch = 0
         self._backward_at = None
         self._last_end = time.monotonic()
-        self._hooks = [p.register_hook(self._grad_hook) for p in self._params]
+        self.overlap = bool(overlap) and client.can_stage and self.accumulate == 1
+        self._batch_next = None  # zero_grad(batch_size=n): this step's batch, known early
+        self._staging = False    # a staged exchange is open (its first hook began it)
+        self._hook_error = None
+        self._hooks, self._accs = [], []
+        for i, p in enumerate(self._params):
+            if hasattr(p, "register_post_accumulate_grad_hook"):  # torch >= 2.1
+                self._hooks.append(p.register_post_accumulate_grad_hook(
+                    lambda _p, i=i: self._accumulated(i)))
+            else:  # the parameter's gradient accumulator node (torch 1.13 onwards)
+                acc = p.expand_as(p).grad_fn.next_functions[0][0]
+                self._accs.append(acc)  # kept: the node lives as long as we hold it
+                self._hooks.append(acc.register_hook(lambda *_, i=i: self._accumulated(i)))
         self.metrics = Metrics(metrics)
         if init is None:
             init = client.rank <= 0
@@ -143,36 +165,81 @@ class ParameterServerOptimizer:
                 self.params[off:off + k].copy_(p.detach().reshape(-1))
                 p.data = self.params[off:off + k].view_as(p)
 
-    def _grad_hook(self, grad):
+    def _accumulated(self, i):
+        """Parameter i's gradient is complete for this backward pass."""
         if self._backward_at is None:
             self._backward_at = time.monotonic()
-        return grad
+        if not self.overlap or self._batch_next is None or self._hook_error is not None:
+            return
+        try:
+            if not self._staging:
+                self.client.exchange_begin(self.clock, self.grads, self._batch_next,
+                                           self.params)
+                self._staging = True
+            p, (off, k) = self._params[i], self._slices[i]
+            view = self.grads[off:off + k]
+            g = p.grad
+            if g is None or g.data_ptr() != view.data_ptr():
+                # model.zero_grad() set it to None; backward made a new tensor.
+                view.copy_(g.detach().reshape(-1) if g is not None else 0)
+                p.grad = view.view_as(p)
+            self.client.exchange_ready(off, off + k)
+        except Exception as e:  # raised by step(), not inside autograd's backward
+            self._hook_error = e
 
     # -- what a training loop calls --------------------------------------
 
-    def zero_grad(self, set_to_none=False):
-        """Zeros the gradients in place (they stay views: ``set_to_none`` is ignored)."""
+    def zero_grad(self, set_to_none=False, batch_size=None):
+        """Zeros the gradients in place (they stay views: ``set_to_none`` is ignored).
+        ``batch_size``: the examples of the coming step, which lets the exchange
+        start during its backward pass (see ``overlap``)."""
+        if self._staging:
+            raise RuntimeError("zero_grad: the gradient of clock %d is being sent; "
+                               "call step() first" % self.clock)
         self._relink()
         self.grads.zero_()
+        if batch_size is not None and batch_size < 1:
+            raise ValueError("zero_grad: batch_size %r" % batch_size)
+        self._batch_next = batch_size
 
-    def step(self, batch_size, loss=None):
+    def step(self, batch_size=None, loss=None):
         """One clock: pushes the gradient of ``batch_size`` examples (the loss a mean
-        over them) and writes the next clock's parameters in place. With
-        ``accumulate=k``, only every k-th call exchanges (then returns True)."""
-        if batch_size < 1:
-            raise ValueError("step: batch_size %r" % batch_size)
+        over them; default the ``zero_grad(batch_size=)`` of this step) and writes
+        the next clock's parameters in place. With ``accumulate=k``, only every
+        k-th call exchanges (then returns True)."""
+        if batch_size is None:
+            batch_size = self._batch_next
+        if batch_size is None or batch_size < 1:
+            self._abandon()
+            raise ValueError("step: batch_size %r (give it here or to zero_grad)" % batch_size)
+        if self._batch_next is not None and batch_size != self._batch_next:
+            self._abandon()
+            raise ValueError("step: batch_size %d, but zero_grad said %d"
+                             % (batch_size, self._batch_next))
         start = time.monotonic()
         self._micro += 1
         self._micro_batch += int(batch_size)
         if self._micro < self.accumulate:
             return False
-        self._relink()
-        if self.accumulate > 1:
-            self.grads.mul_(1.0 / self.accumulate)
         batch = self._micro_batch
         self._micro, self._micro_batch = 0, 0
         clock = self.clock
-        self.client.exchange(clock, self.grads, batch, out=self.params)
+        if self._staging:
+            # Unused parameters (no hook fired) lie in slices not sent yet.
+            self._relink()
+            self._staging = False
+            try:
+                self.client.exchange_end()
+            finally:
+                err, self._hook_error = self._hook_error, None
+            if err is not None:
+                raise err
+        else:
+            self._relink()
+            if self.accumulate > 1:
+                self.grads.mul_(1.0 / self.accumulate)
+            self.client.exchange(clock, self.grads, batch, out=self.params)
+        self._batch_next = None
         info = self.client.last_info
         end = time.monotonic()
         self.clock += 1
@@ -191,6 +258,16 @@ class ParameterServerOptimizer:
         self._backward_at = None
         self._last_end = end
         return True
+
+    def _abandon(self):
+        """Ends a staged exchange that step() will not complete (its error is raised)."""
+        if self._staging:
+            self._staging = False
+            try:
+                self.client.exchange_end()
+            except Exception:
+                pass
+        self._hook_error = None
 
     def log_eval(self, accuracy=None, loss=None, examples=None, final=False, started=None,
                  eval_ms=None):
@@ -211,9 +288,10 @@ class ParameterServerOptimizer:
         self.client.finish()
 
     def close(self):
+        self._abandon()
         for h in self._hooks:
             h.remove()
-        self._hooks = []
+        self._hooks, self._accs = [], []
         self.metrics.close()
 
     def state_dict(self):
