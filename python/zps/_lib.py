@@ -13,7 +13,8 @@ Where the library is looked for, first match wins:
    (``<tree>/build*/client/libzps.so.1``, newest first), so that
    ``PYTHONPATH=python`` works right after a build;
 3. the prefix this package is installed in (``<prefix>/lib``,
-   ``<prefix>/lib/<multiarch>``);
+   ``<prefix>/lib/<multiarch>``), and the user's (``~/.local/lib``, where
+   ``cmake --install build/release --prefix ~/.local`` puts it);
 4. the dynamic loader's own search (``LD_LIBRARY_PATH``, ld.so.cache);
 5. ``/usr/local/lib`` and ``/usr/lib``.
 """
@@ -92,9 +93,10 @@ def _tree_candidates():
 
 
 def _prefix_candidates():
+    import site
     out = []
     multiarch = sysconfig.get_config_var("MULTIARCH") or ""
-    for prefix in dict.fromkeys([sys.prefix, sys.base_prefix]):
+    for prefix in dict.fromkeys([sys.prefix, sys.base_prefix, site.getuserbase()]):
         for lib in ("lib", os.path.join("lib", multiarch) if multiarch else None, "lib64"):
             if lib:
                 out.append(os.path.join(prefix, lib, _SONAME))

@@ -54,6 +54,9 @@ class Error(Exception):
         super().__init__(text)
 
 
+Error.__module__ = "zps"
+
+
 class Info:
     """What the servers' replies said (zps_reply_info_t), as attributes."""
 

@@ -70,14 +70,17 @@ class ParameterServerOptimizer:
     ``metrics``: a path for the metrics stream (default ``ZPS_METRICS``,
     which ``zps launch ... -- COMMAND`` sets): the run, step and eval lines
     of docs/worker.md. ``steps_per_epoch`` numbers the step lines' epoch
-    and step (default: epoch 0, step = clock).
+    and step (default: epoch 0, step = clock); ``clocks`` (the run's
+    planned clocks), ``batch``, ``data`` and ``seed`` go into the run line
+    (``zps launch``'s progress line counts clocks against ``clocks``).
 
     Parameters must be float32 CPU tensors (CUDA tensors are not staged
     yet: ``TypeError``).
     """
 
     def __init__(self, model, client, *, clock=0, init=None, accumulate=1, metrics=None,
-                 steps_per_epoch=None, seed=None, overlap=True):
+                 steps_per_epoch=None, clocks=None, seed=None, batch=None, data=None,
+                 overlap=True):
         if not isinstance(client, Client):
             raise TypeError("ParameterServerOptimizer: client is a zps.Client, not %s"
                             % type(client).__name__)
@@ -132,8 +135,8 @@ class ParameterServerOptimizer:
         client.pull(self.clock, out=self.params)
         self.metrics.run(rank=client.rank, workers=client.workers,
                          model=type(model).__name__ if isinstance(model, torch.nn.Module)
-                         else "parameters", params=total, data=None, batch=None,
-                         steps_per_epoch=steps_per_epoch, clocks=None, seed=seed,
+                         else "parameters", params=total, data=data, batch=batch,
+                         steps_per_epoch=steps_per_epoch, clocks=clocks, seed=seed,
                          backend="pytorch %s cpu" % torch.__version__,
                          servers=len(client.servers), client="python")
 
