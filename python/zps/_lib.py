@@ -20,7 +20,6 @@ Where the library is looked for, first match wins:
 """
 
 import ctypes
-import ctypes.util
 import glob
 import os
 import sys
@@ -197,7 +196,9 @@ def load():
         _declare(lib)
         _check(lib, path)
         _lib, _path = lib, path
-        _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        # The process's own free (the global lookup): the one the library's
+        # malloc pairs with, a preloaded allocator's (a sanitizer's) included.
+        _libc = ctypes.CDLL(None)
         _libc.free.argtypes = [ctypes.c_void_p]
         _libc.free.restype = None
         return _lib
