@@ -490,6 +490,20 @@ static int push_outcome(zps_client_t *c, uint64_t clock, int rc)
     return ZPS_EPARTIAL;
 }
 
+/* Every shard's PUSH header: the clock, the batch, the version it was computed from, `flags`;
+ * and the lease request an exchange or a push carries. */
+static void push_headers(zps_client_t *c, uint64_t clock, uint32_t batch, uint32_t flags)
+{
+    for (size_t i = 0; i < c->nconns; i++) {
+        conn_t *k = &c->conns[i];
+        k->req.clock = clock;
+        k->req.batch = batch;
+        k->req.model_version = k->version;
+        k->req.flags |= flags;
+    }
+    attach_lease(c, (flags & ZPS_FLAG_EXCHANGE) != 0, true);
+}
+
 /* The PUSH requests of grad[n] at `clock`, checked finite and summed; `flags` added. */
 static int prepare_push(zps_client_t *c, uint64_t clock, const float *grad, uint64_t n,
                         uint32_t batch, uint32_t flags)
@@ -500,14 +514,7 @@ static int prepare_push(zps_client_t *c, uint64_t clock, const float *grad, uint
                                : slices_sum(c, "gradient element");
     if (rc)
         return rc;
-    for (size_t i = 0; i < c->nconns; i++) {
-        conn_t *k = &c->conns[i];
-        k->req.clock = clock;
-        k->req.batch = batch;
-        k->req.model_version = k->version;
-        k->req.flags |= flags;
-    }
-    attach_lease(c, (flags & ZPS_FLAG_EXCHANGE) != 0, true);
+    push_headers(c, clock, batch, flags);
     return 0;
 }
 
@@ -613,15 +620,9 @@ int zps_client_exchange_begin(zps_client_t *c, uint64_t clock, const float *grad
     int rc = c->opts.wire_bf16 ? slices_narrow_prepare(c, n) : 0;
     if (rc)
         return rc;
-    for (size_t i = 0; i < c->nconns; i++) {
-        conn_t *k = &c->conns[i];
-        k->req.clock = clock;
-        k->req.batch = batch;
-        k->req.model_version = k->version;
-        k->req.flags |= ZPS_FLAG_EXCHANGE;
-        k->active = false; /* until its slice is sent */
-    }
-    attach_lease(c, true, true);
+    push_headers(c, clock, batch, ZPS_FLAG_EXCHANGE);
+    for (size_t i = 0; i < c->nconns; i++)
+        c->conns[i].active = false; /* until its slice is sent */
     c->staged.on = true;
     c->staged.clock = clock;
     c->staged.n = n;

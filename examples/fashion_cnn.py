@@ -148,8 +148,7 @@ def run_zps(args, x, y, x_test, y_test):
             def log(a, l, took, last=last):
                 opt.log_eval(accuracy=a, loss=l, examples=len(x_test), final=last,
                              eval_ms=took * 1e3)
-                print("epoch %d: test accuracy %.4f (loss %.4f), %.1f s of training"
-                      % (epoch + 1, a, l, clock.train_s()), flush=True)
+                print_epoch(epoch, a, l, clock)
             acc, _ = after_epoch(model, x_test, y_test, clock, args, log)
     opt.finish()
     opt.close()
@@ -167,12 +166,14 @@ def torch_optimizer(args, params):
     return torch.optim.SGD(params, lr=args.lr, momentum=args.momentum)
 
 
-def run_local(args, x, y, x_test, y_test):
-    torch.manual_seed(args.seed)
-    model = Net()
+def print_epoch(epoch, acc, loss, clock):
+    print("epoch %d: test accuracy %.4f (loss %.4f), %.1f s of training"
+          % (epoch + 1, acc, loss, clock.train_s()), flush=True)
+
+
+def train_torch(args, model, part, x, y, x_test, y_test, evaluates):
+    """A torch.optim loop over part's batches; returns the last test accuracy."""
     opt = torch_optimizer(args, model.parameters())
-    from zps.torch.data import Partition
-    part = Partition(len(x), 0, 1, seed=args.seed, batch_size=args.batch)
     clock = Clock()
     acc = None
     for epoch in range(args.epochs):
@@ -180,13 +181,26 @@ def run_local(args, x, y, x_test, y_test):
         for idx in part.batches():
             idx = torch.tensor(idx)
             opt.zero_grad()
+            # Under DDP the ranks' gradients are averaged equally: the union
+            # batch's mean while the ranks' batches are the same size, as here
+            # but for an epoch's last step.
             F.cross_entropy(model(x[idx]), y[idx]).backward()
             opt.step()
+        if evaluates:
+            net = getattr(model, "module", model)
+            acc, _ = after_epoch(net, x_test, y_test, clock, args,
+                                 lambda a, l, took: print_epoch(epoch, a, l, clock))
+        if hasattr(model, "module"):
+            import torch.distributed as dist
+            dist.barrier()
+    return acc, clock
 
-        def log(a, l, took):
-            print("epoch %d: test accuracy %.4f (loss %.4f), %.1f s of training"
-                  % (epoch + 1, a, l, clock.train_s()), flush=True)
-        acc, _ = after_epoch(model, x_test, y_test, clock, args, log)
+
+def run_local(args, x, y, x_test, y_test):
+    from zps.torch.data import Partition
+    torch.manual_seed(args.seed)
+    part = Partition(len(x), 0, 1, seed=args.seed, batch_size=args.batch)
+    acc, clock = train_torch(args, Net(), part, x, y, x_test, y_test, True)
     report("local", args, acc, clock)
 
 
@@ -201,26 +215,8 @@ def ddp_rank(rank, world, port, args):
     x_test, y_test = load(args.data_dir, "test")
     torch.manual_seed(args.seed)
     model = DistributedDataParallel(Net())
-    opt = torch_optimizer(args, model.parameters())
     part = Partition(len(x), rank, world, seed=args.seed, batch_size=args.batch)
-    clock = Clock()
-    acc = None
-    for epoch in range(args.epochs):
-        part.set_epoch(epoch)
-        for idx in part.batches():
-            idx = torch.tensor(idx)
-            opt.zero_grad()
-            # DDP averages the ranks' gradients equally: the union batch's mean
-            # while the ranks' batches are the same size, as here but for the
-            # epoch's last step.
-            F.cross_entropy(model(x[idx]), y[idx]).backward()
-            opt.step()
-        if rank == 0:
-            def log(a, l, took):
-                print("epoch %d: test accuracy %.4f (loss %.4f), %.1f s of training"
-                      % (epoch + 1, a, l, clock.train_s()), flush=True)
-            acc, _ = after_epoch(model.module, x_test, y_test, clock, args, log)
-        dist.barrier()
+    acc, clock = train_torch(args, model, part, x, y, x_test, y_test, rank == 0)
     if rank == 0:
         report("ddp", args, acc, clock, " workers=%d" % world)
     dist.destroy_process_group()
