@@ -18,6 +18,10 @@ log = logging.getLogger("zps")
 
 _NAMES = {}
 
+# The codes this module tests for by value (include/zps/errors.h; on the wire,
+# so never renumbered).
+EREMOTE, ECONFIG, EPARTIAL = -18, -29, -30
+
 
 def _errname(code):
     if not _NAMES:
@@ -43,7 +47,7 @@ class Error(Exception):
 
     def __init__(self, status, reason, remote_code=None, verb=None):
         self.status = status
-        self.remote = bool(remote_code) and status == -18
+        self.remote = bool(remote_code) and status == EREMOTE
         self.code = remote_code if self.remote else status
         self.remote_code = remote_code or None
         self.name = _errname(self.code)
@@ -152,7 +156,8 @@ class Client:
                  heartbeat=1.0, wait_log=3.0, key=None, server_key=None, bf16=False,
                  shm=False, no_seal=False, observe=False, fail_fast=False):
         self._c = None
-        lib = _lib.load()
+        self._staged = self._watch = self._opts_template = None
+        self._lib = lib = _lib.load()
         if servers is None:
             servers = os.environ.get("ZPS_SERVERS")
             if not servers:
@@ -191,8 +196,6 @@ class Client:
         self._lock = threading.RLock()
         self._checked = workers is None
         self._call = None  # (verb, clock, started) of the call in progress, for the watch
-        self._watch = None
-        self._staged = None
 
         opts = _lib.ClientOpts()
         lib.zps_client_opts_default(ctypes.byref(opts))
@@ -206,7 +209,6 @@ class Client:
         opts.observe = observe
         opts.fail_on_refused = fail_fast
         opts.fail_not_initialised = fail_fast
-        self._opts_template = None
         try:
             if key:
                 rc = lib.zps_client_opts_set_keys(ctypes.byref(opts), os.fsencode(key),
@@ -227,7 +229,6 @@ class Client:
                 self._opts_template.heartbeat_ms = 0
         finally:
             lib.zps_client_opts_clear(ctypes.byref(opts))
-        self._lib = lib
 
     # -- plumbing ---------------------------------------------------------
 
@@ -239,7 +240,7 @@ class Client:
     def _fail(self, rc, verb):
         lib = self._lib
         reason = (lib.zps_client_last_error(self._c) or b"").decode(errors="replace")
-        remote = lib.zps_client_last_remote_status(self._c) if rc in (-18, -30) else 0
+        remote = lib.zps_client_last_remote_status(self._c) if rc in (EREMOTE, EPARTIAL) else 0
         raise Error(rc, reason or lib.zps_strerror(rc).decode(), remote or None, verb)
 
     def _begin(self, verb, clock):
@@ -252,10 +253,10 @@ class Client:
             return
         st = self._stats_one(0, "connect")
         if st.get("workers") != self.workers:
-            raise Error(-29, "%s runs --workers %s; this client was given workers=%d"
+            raise Error(ECONFIG, "%s runs --workers %s; this client was given workers=%d"
                         % (self.servers[0], st.get("workers"), self.workers), verb="connect")
         if st.get("shards") != len(self.servers):
-            raise Error(-29, "%s is a shard of %s; this client was given %d servers"
+            raise Error(ECONFIG, "%s is a shard of %s; this client was given %d servers"
                         % (self.servers[0], st.get("shards"), len(self.servers)), verb="connect")
         self._checked = True
 
