@@ -63,6 +63,11 @@ class ParameterServerOptimizer:
     of the model vector (the range rule): S servers, S buckets, the last
     layers' first. Without a batch size before backward, or with
     ``accumulate`` > 1, ``step`` exchanges the whole gradient at once.
+    With overlap, a step has one backward pass: a parameter's gradient is
+    final, and may have left, once it has been accumulated; a second
+    backward pass in the same step is refused (``step`` raises
+    ``zps.Error`` ZPS_EINVAL, "declared twice"). Several backward passes
+    per step (several losses): pass the batch size to ``step`` instead.
 
     ``accumulate=k``: ``step`` exchanges every k-th call, with the mean
     of the k micro-batches' gradients and their examples together.
