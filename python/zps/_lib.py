@@ -79,6 +79,19 @@ class ReplyInfo(ctypes.Structure):
     ]
 
 
+class LeaseReq(ctypes.Structure):
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("examples", ctypes.c_uint64),
+        ("batch", ctypes.c_uint32),
+        ("epochs", ctypes.c_uint32),
+        ("want", ctypes.c_uint32),
+        ("nhave", ctypes.c_uint32),
+        ("have", ctypes.c_uint64 * MAX_LEASES),
+        ("done", ctypes.c_uint64),
+    ]
+
+
 def _tree_candidates():
     """libzps.so.1 under the build folders of the source tree we lie in."""
     here = os.path.dirname(os.path.abspath(__file__))
@@ -132,6 +145,7 @@ def _declare(lib):
         "zps_client_server_count": (c_size_t, [vp]),
         "zps_client_init": (c_int, [vp, fp, c_uint64]),
         "zps_client_finish": (c_int, [vp]),
+        "zps_client_set_lease": (c_int, [vp, ctypes.POINTER(LeaseReq)]),
         "zps_client_pull": (c_int, [vp, c_uint64, fp, c_uint64, info_p]),
         "zps_client_pull_alloc": (c_int, [vp, c_uint64, ctypes.POINTER(vp),
                                           ctypes.POINTER(c_uint64), info_p]),

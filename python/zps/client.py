@@ -424,6 +424,26 @@ class Client:
         self.last_info = Info(info)
         return out
 
+    def set_lease(self, examples, batch, epochs, want, have=(), done=0):
+        """A shared data assignment's request (docs/worker.md), carried to shard 0
+        by the next pull, push or exchange: the plan (N examples, ``batch``,
+        ``epochs``), the leases to hold after the answer (``want``), the ones
+        this worker ``have`` not pushed yet, and ``done`` = g + 1 of the batch
+        that call's gradient is of (0: none). The answer is that call's
+        ``last_info.leases`` (None: the call carried none) and
+        ``last_info.exhausted``."""
+        have = list(have)
+        if len(have) > _lib.MAX_LEASES or want > _lib.MAX_LEASES:
+            raise ValueError("set_lease: at most %d leases" % _lib.MAX_LEASES)
+        req = _lib.LeaseReq(size=ctypes.sizeof(_lib.LeaseReq), examples=examples, batch=batch,
+                            epochs=epochs, want=want, nhave=len(have), done=done)
+        for i, g in enumerate(have):
+            req.have[i] = g
+        with self._lock:
+            rc = self._lib.zps_client_set_lease(self._handle(), ctypes.byref(req))
+            if rc != 0:
+                self._fail(rc, "set_lease")
+
     def finish(self):
         """Tells every shard this worker has no batch left."""
         def call():

@@ -42,9 +42,9 @@ class Metrics:
         self._write(rec)
 
     def step(self, rank, clock, epoch, step, loss, batch, version, clock_lag, forward_ms,
-             backward_ms, pull_ms, push_ms, step_ms, dropped=False):
+             backward_ms, pull_ms, push_ms, step_ms, dropped=False, batch_id=None):
         now = time.time()
-        self._write({
+        rec = {
             "type": "step", "rank": rank, "clock": clock, "epoch": epoch, "step": step,
             "wall": now, "elapsed": now - self.started, "loss": _num(loss), "batch": batch,
             "version": version, "clock_lag": clock_lag, "data_ms": 0.0,
@@ -53,7 +53,10 @@ class Metrics:
             "pad_ms": 0.0, "delay_ms": 0.0, "slowdown_ms": 0.0, "intermittent_ms": 0.0,
             "fixed_delay_ms": 0.0, "random_delay_ms": 0.0, "pause_ms": 0.0,
             "dropped": bool(dropped), "step_ms": _num(step_ms),
-        })
+        }
+        if batch_id is not None:
+            rec["batch_id"] = batch_id
+        self._write(rec)
 
     def eval(self, rank, clock, epoch, loss, accuracy, examples, eval_ms, final, started):
         self._write({

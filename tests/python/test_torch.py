@@ -223,6 +223,65 @@ class OverlapTest(unittest.TestCase):
         self.assertLess(rel, 1e-5)
 
 
+class SharedTest(unittest.TestCase):
+    def test_every_batch_once_fast_worker_more(self):
+        # ASP, 2 shards, 2 workers, one 4x slower: 60 examples, batch 5, 2 epochs
+        # are 24 batches, each trained once, most by the fast worker; shard 0's
+        # audit counts every epoch's examples once.
+        import threading
+        import time
+        from zps.torch.data import Shared
+        from test_client import run_workers
+        ids = [[], []]
+        g = torch.Generator().manual_seed(2)
+        x = torch.randn(60, 4, generator=g)
+        y = (x[:, 0] > 0).long()
+        with Cluster(shards=2, workers=2, args=["--mode", "asp", "--lr", "0.1"]) as cl:
+            go = threading.Barrier(2)
+
+            def worker(r):
+                torch.manual_seed(0)
+                model = torch.nn.Linear(4, 2)
+                with zps.Client(cl.endpoints, rank=r, workers=2, timeout=30) as c:
+                    shared = Shared(60, 5, 2, seed=3)
+                    opt = zps.torch.ParameterServerOptimizer(model, c, assignment=shared)
+                    go.wait(timeout=30)
+                    for idx in shared:
+                        self.assertEqual(shared.indices(shared.current), idx)
+                        ids[r].append(shared.current)
+                        idx = torch.tensor(idx)
+                        opt.zero_grad(batch_size=len(idx))
+                        loss = torch.nn.functional.cross_entropy(model(x[idx]), y[idx])
+                        loss.backward()
+                        if r == 1:
+                            time.sleep(0.06)
+                        else:
+                            time.sleep(0.015)
+                        opt.step(loss=loss)
+                    opt.finish()
+                    opt.close()
+            run_workers([lambda: worker(0), lambda: worker(1)])
+            with zps.Client(cl.endpoints) as c:
+                audit = c.stats(0)["assignment"]
+        self.assertEqual(sorted(ids[0] + ids[1]), list(range(24)))
+        print("batches trained by the fast worker: %d, the slow one: %d" % (len(ids[0]), len(ids[1])))
+        self.assertGreater(len(ids[0]), len(ids[1]))
+        self.assertEqual(audit["examples_per_epoch"], [60, 60])
+        self.assertEqual(audit["batches_per_epoch_done"], [12, 12])
+        # Epoch 1's permutation differs from epoch 0's: batch 12 is not batch 0.
+        s = Shared(60, 5, 2, seed=3)
+        self.assertNotEqual(s.indices(0), s.indices(12))
+        self.assertEqual(sorted(i for b in range(12) for i in s.indices(b)), list(range(60)))
+
+    def test_refused_under_bsp(self):
+        from zps.torch.data import Shared
+        with Cluster(shards=1, workers=1) as cl, zps.Client(cl.endpoints, rank=0,
+                                                             workers=1) as c:
+            with self.assertRaises(ValueError):
+                zps.torch.ParameterServerOptimizer(torch.nn.Linear(2, 2), c,
+                                                   assignment=Shared(10, 2, 1))
+
+
 class MisuseTest(unittest.TestCase):
     def test_refusals(self):
         with self.assertRaises(TypeError):

@@ -79,13 +79,18 @@ class ParameterServerOptimizer:
     planned clocks), ``batch``, ``data`` and ``seed`` go into the run line
     (``zps launch``'s progress line counts clocks against ``clocks``).
 
+    ``assignment``: a ``zps.torch.data.Shared``, whose batches shard 0 hands
+    out: every pull and exchange then carries its lease request, and the
+    step lines name the batch (``batch_id``, its epoch and step). SSP and
+    ASP only.
+
     Parameters must be float32 CPU tensors (CUDA tensors are not staged
     yet: ``TypeError``).
     """
 
     def __init__(self, model, client, *, clock=0, init=None, accumulate=1, metrics=None,
                  steps_per_epoch=None, clocks=None, seed=None, batch=None, data=None,
-                 overlap=True):
+                 overlap=True, assignment=None):
         if not isinstance(client, Client):
             raise TypeError("ParameterServerOptimizer: client is a zps.Client, not %s"
                             % type(client).__name__)
@@ -133,11 +138,20 @@ class ParameterServerOptimizer:
                 self._accs.append(acc)  # kept: the node lives as long as we hold it
                 self._hooks.append(acc.register_hook(lambda *_, i=i: self._accumulated(i)))
         self.metrics = Metrics(metrics)
+        self.assignment = assignment
+        if assignment is not None:
+            mode = client.stats(0).get("mode")
+            if mode == "bsp":
+                raise ValueError("ParameterServerOptimizer: a shared assignment is for SSP and "
+                                 "ASP; under BSP every rank trains its own batch of each clock "
+                                 "(zps.torch.data.Partition)")
+            assignment._opt = self
+            steps_per_epoch = self.steps_per_epoch = assignment.batches_per_epoch
         if init is None:
             init = client.rank <= 0
         if init:
             client.init(self.params)
-        client.pull(self.clock, out=self.params)
+        self._refill()
         self.metrics.run(rank=client.rank, workers=client.workers,
                          model=type(model).__name__ if isinstance(model, torch.nn.Module)
                          else "parameters", params=total, data=data, batch=batch,
@@ -173,6 +187,14 @@ class ParameterServerOptimizer:
                 self.params[off:off + k].copy_(p.detach().reshape(-1))
                 p.data = self.params[off:off + k].view_as(p)
 
+    def _refill(self):
+        """Pulls the current clock's parameters (asking for leases, with an assignment)."""
+        if self.assignment is not None:
+            self.assignment.request(self.client, pushing=False)
+        self.client.pull(self.clock, out=self.params)
+        if self.assignment is not None:
+            self.assignment.answer(self.client.last_info, pushing=False)
+
     def _accumulated(self, i):
         """Parameter i's gradient is complete for this backward pass."""
         if self._backward_at is None:
@@ -181,6 +203,8 @@ class ParameterServerOptimizer:
             return
         try:
             if not self._staging:
+                if self.assignment is not None:
+                    self.assignment.request(self.client, pushing=True)
                 self.client.exchange_begin(self.clock, self.grads, self._batch_next,
                                            self.params)
                 self._staging = True
@@ -246,17 +270,24 @@ class ParameterServerOptimizer:
             self._relink()
             if self.accumulate > 1:
                 self.grads.mul_(1.0 / self.accumulate)
+            if self.assignment is not None:
+                self.assignment.request(self.client, pushing=True)
             self.client.exchange(clock, self.grads, batch, out=self.params)
         self._batch_next = None
         info = self.client.last_info
+        g = None
+        if self.assignment is not None:
+            g = self.assignment.current
+            self.assignment.answer(info, pushing=True)
         end = time.monotonic()
         self.clock += 1
         waited = info.waited_us / 1000.0
         backward_at = self._backward_at or start
         spe = self.steps_per_epoch
+        place = g if g is not None else clock  # a shared batch's place is its id
         self.metrics.step(
-            rank=self.client.rank, clock=clock, epoch=clock // spe if spe else 0,
-            step=clock % spe if spe else clock,
+            rank=self.client.rank, clock=clock, epoch=place // spe if spe else 0,
+            step=place % spe if spe else clock, batch_id=g,
             loss=float(loss) if loss is not None else None, batch=batch,
             version=info.min_version, clock_lag=max(0, clock + 1 - info.min_clock),
             forward_ms=(backward_at - self._last_end) * 1e3,

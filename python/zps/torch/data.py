@@ -114,3 +114,74 @@ class Partition(torch.utils.data.Sampler):
 
     def __len__(self):
         return self.steps() if self.batch_size else self.hi - self.lo
+
+
+class Shared:
+    """A shared data assignment (zps-worker --data-assignment shared): the
+    batches are handed out by shard 0 as the workers ask for them, so a fast
+    worker trains more of them than a slow one, and each is still trained
+    exactly once per epoch (docs/worker.md, "Shared data assignment").
+
+    Epoch e's permutation (the rule above) is cut into B = ceil(N / b)
+    batches in order, the last holding the rest; batch g of the run is batch
+    g % B of epoch g // B. Give it to the optimizer
+    (``ParameterServerOptimizer(model, client, assignment=shared)``), whose
+    pulls and exchanges carry the lease requests, then iterate it: it yields
+    the indices of the batch this worker holds next, and ends when it holds
+    none and shard 0 has none left. ``current`` is the batch id g being
+    trained. For SSP and ASP (under BSP, Partition: BSP's clock t is every
+    rank's batch t).
+    """
+
+    WANT = 3  # leases held: the batch computed and two ahead, as zps-worker
+
+    def __init__(self, dataset, batch_size, epochs, seed=0):
+        n = dataset if isinstance(dataset, int) else len(dataset)
+        if n < 1 or batch_size < 1 or epochs < 1:
+            raise ValueError("Shared: %d examples, batch %d, %d epochs" % (n, batch_size, epochs))
+        self.n, self.batch_size, self.epochs, self.seed = n, batch_size, epochs, seed
+        self.batches_per_epoch = (n + batch_size - 1) // batch_size
+        self.queue = []  # the leases this worker holds, oldest first
+        self.exhausted = False
+        self.current = None
+        self._answered = False
+        self._opt = None
+        self._perm_epoch, self._perm = None, None
+
+    def indices(self, g):
+        """Batch g's example indices."""
+        epoch, j = divmod(g, self.batches_per_epoch)
+        if self._perm_epoch != epoch:
+            self._perm = permutation(self.n, self.seed, epoch)
+            self._perm_epoch = epoch
+        lo = j * self.batch_size
+        return self._perm[lo:min(lo + self.batch_size, self.n)]
+
+    def request(self, client, pushing):
+        """Before a call: what it asks shard 0 (pushing: its gradient is of `current`)."""
+        have = self.queue[1:] if pushing else self.queue
+        client.set_lease(self.n, self.batch_size, self.epochs, self.WANT, have,
+                         self.current + 1 if pushing else 0)
+
+    def answer(self, info, pushing):
+        """After the call: the leases shard 0 says this worker holds."""
+        self._answered = info.leases is not None
+        if self._answered:
+            self.queue = list(info.leases)
+            self.exhausted = info.exhausted
+        elif pushing and self.queue:
+            self.queue.pop(0)
+
+    def __iter__(self):
+        if self._opt is None:
+            raise RuntimeError("Shared: give it to ParameterServerOptimizer(assignment=...) first")
+        unanswered = 0
+        while True:
+            while not self.queue and not self._answered and unanswered < 3:
+                unanswered += 1
+                self._opt._refill()  # a pull that asks for leases
+            if not self.queue:
+                return
+            unanswered = 0
+            self.current = self.queue[0]
+            yield self.indices(self.current)
