@@ -108,6 +108,10 @@ class ParameterServerOptimizer:
             if p.device.type != "cpu":
                 raise TypeError("ParameterServerOptimizer: parameters on %s are not supported "
                                 "yet (CPU tensors only)" % p.device)
+        if assignment is not None and client.stats(0).get("mode") == "bsp":
+            raise ValueError("ParameterServerOptimizer: a shared assignment is for SSP and ASP; "
+                             "under BSP every rank trains its own batch of each clock "
+                             "(zps.torch.data.Partition)")
         total = sum(p.numel() for p in self._params)
         self.params = torch.empty(total, dtype=torch.float32)
         self.grads = torch.zeros(total, dtype=torch.float32)
@@ -140,18 +144,17 @@ class ParameterServerOptimizer:
         self.metrics = Metrics(metrics)
         self.assignment = assignment
         if assignment is not None:
-            mode = client.stats(0).get("mode")
-            if mode == "bsp":
-                raise ValueError("ParameterServerOptimizer: a shared assignment is for SSP and "
-                                 "ASP; under BSP every rank trains its own batch of each clock "
-                                 "(zps.torch.data.Partition)")
             assignment._opt = self
             steps_per_epoch = self.steps_per_epoch = assignment.batches_per_epoch
         if init is None:
             init = client.rank <= 0
-        if init:
-            client.init(self.params)
-        self._refill()
+        try:
+            if init:
+                client.init(self.params)
+            self._refill()
+        except BaseException:
+            self.close()  # the hooks off the model, the metrics file closed
+            raise
         self.metrics.run(rank=client.rank, workers=client.workers,
                          model=type(model).__name__ if isinstance(model, torch.nn.Module)
                          else "parameters", params=total, data=data, batch=batch,
