@@ -5,6 +5,7 @@ Cluster waits (bounded) for every file and stops exactly the processes
 it started, by PID, at exit. ZPS_SERVER_BIN names the server binary.
 """
 
+import ctypes
 import os
 import signal
 import socket
@@ -14,6 +15,14 @@ import tempfile
 import time
 
 SKIP = 77  # ctest's SKIP_RETURN_CODE
+PR_SET_PDEATHSIG = 1
+_prctl = ctypes.CDLL(None).prctl  # looked up here: the child between fork and exec only calls
+
+
+def _die_with_parent():
+    """In the child before exec: the kernel ends it when the test process dies,
+    however it dies (a crash leaves no server behind)."""
+    _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def skip(why):
@@ -52,7 +61,7 @@ class Cluster:
                    "--listen", "tcp://127.0.0.1:*", "--endpoint-file", ep_file] + list(args)
             with open(os.path.join(self.dir, "server%d.log" % i), "wb") as log:
                 self.procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                                   env=env))
+                                                   env=env, preexec_fn=_die_with_parent))
         deadline = time.monotonic() + 30
         for i in range(shards):
             ep_file = os.path.join(self.dir, "ep%d" % i)
