@@ -26,6 +26,13 @@
 #   5. With nft: zn1's firewall drops its server's port; the job fails after
 #      --start-timeout naming the server zn0 cannot connect to, and no worker
 #      starts.
+#   6. A one-node allocation (zn0, port 7500; 1 server, 2 workers) running a
+#      command of its own (`zps.sbatch ... -- cmd.sh`) instead of zps-worker:
+#      each rank finds ZPS_SERVERS, ZPS_RANK, ZPS_WORKERS, ZPS_METRICS and
+#      its key files in its environment, rank 0 initialises the model with
+#      the zps tool, both push and pull the servers' SGD step, checked by
+#      hand; COMPLETED 0:0, summary.txt's final line is rank 0's final eval
+#      metrics line, commands.txt names the command with its variables.
 # Then Slurm and MUNGE are stopped in order, each must exit 0.
 # Every process (munged, slurmctld, slurmd, the clients, zps) runs on a host,
 # every wait is bounded, and teardown stops them by PID. Exits 77 (skipped)
@@ -217,6 +224,43 @@ EOF
     job5=$job
 fi
 
+# 6: a command of its own instead of zps-worker (the zps tool does its work).
+cat >"$d/cmd.sh" <<EOF
+#!/bin/sh
+set -eu
+zps='$zps'
+EOF
+cat >>"$d/cmd.sh" <<'EOF'
+for v in ZPS_SERVERS ZPS_RANK ZPS_WORKERS ZPS_METRICS ZPS_KEY ZPS_SERVER_KEY; do
+    eval "x=\${$v:-}"
+    [ -n "$x" ] || { echo "cmd: $v is not set"; exit 10; }
+done
+set -- --key "$ZPS_KEY" --server-key "$ZPS_SERVER_KEY"
+[ "$ZPS_RANK" != 0 ] || "$zps" init --servers "$ZPS_SERVERS" --values 10,10 "$@"
+i=0
+until "$zps" pull --servers "$ZPS_SERVERS" --worker "$ZPS_RANK" --clock 0 "$@" >/dev/null 2>&1; do
+    i=$((i + 1))
+    [ "$i" -lt 300 ] || { echo "cmd: no model after 30 s"; exit 11; }
+    sleep 0.1
+done
+g=$(( (ZPS_RANK + 1) * 2 ))
+"$zps" push --servers "$ZPS_SERVERS" --worker "$ZPS_RANK" --clock 0 --batch 1 --values "$g,$g" "$@"
+got=$("$zps" pull --servers "$ZPS_SERVERS" --worker "$ZPS_RANK" --clock 1 --timeout-ms 30000 "$@" |
+    tr '\n' ' ')
+# BSP, lr 0.1: 10 - 0.1 * mean(2, 4) = 9.7 for both parameters.
+[ "$got" = "9.7 9.7 " ] || { echo "cmd: rank $ZPS_RANK pulled '$got' for clock 1, not 9.7 9.7"; exit 12; }
+echo "cmd: rank $ZPS_RANK of $ZPS_WORKERS pulled $got"
+now=$(date +%s.%N)
+printf '{"type":"step","rank":%s,"clock":0,"wall":%s,"elapsed":0.01,"loss":1.5,"batch":1}\n' \
+    "$ZPS_RANK" "$now" >>"$ZPS_METRICS"
+[ "$ZPS_RANK" != 0 ] ||
+    printf '{"type":"eval","rank":0,"clock":1,"wall":%s,"elapsed":0.02,"test_loss":0.75,"test_accuracy":0.625,"examples":8,"final":true}\n' \
+        "$now" >>"$ZPS_METRICS"
+EOF
+chmod 755 "$d/cmd.sh"
+submit 0 cmd -N 1 -w zn0 -n 3 -- --port 7500 --server-arg=--lr=0.1 -- "$d/cmd.sh"
+job6=$job
+
 wait_job "$job1" 45
 if [ "$state" != COMPLETED ] || [ "$exit_code" != 0:0 ]; then
     mh_fail "job 1 ($job1): $state, exit $exit_code: $(tail -5 "$d/submit/ok-$job1.out")"
@@ -331,6 +375,22 @@ if [ -n "$job5" ]; then
     grep -q "^  worker-0  zn0  not started$" "$run5/summary.txt" ||
         mh_fail "job 5's summary: $(cat "$run5/summary.txt")"
 fi
+
+# --- job 6: the command's run ---
+wait_job "$job6" 30
+run6=$d/submit/runs/slurm-$job6
+if [ "$state" != COMPLETED ] || [ "$exit_code" != 0:0 ]; then
+    mh_fail "job 6 ($job6): $state, exit $exit_code: $(tail -5 "$d/submit/cmd-$job6.out"); $(tail -3 "$run6/worker-1.log" 2>/dev/null)"
+fi
+grep -q '^result: ok$' "$run6/summary.txt" || mh_fail "job 6 summary: $(cat "$run6/summary.txt")"
+grep -q "^final test accuracy 0.625 (loss 0.75) after 1 clocks (rank 0's metrics)$" \
+    "$run6/summary.txt" || mh_fail "job 6's final line: $(cat "$run6/summary.txt")"
+for r in 0 1; do
+    grep -q "cmd: rank $r of 2 pulled 9.7 9.7" "$run6/worker-$r.log" ||
+        mh_fail "job 6's rank $r: $(tail -3 "$run6/worker-$r.log")"
+done
+grep -q "ZPS_RANK=1 .*cmd.sh" "$run6/commands.txt" ||
+    mh_fail "job 6's commands.txt: $(cat "$run6/commands.txt")"
 
 # --- Slurm down in order, once no job is left (teardown would do it anyway) ---
 left=1
